@@ -1,0 +1,11 @@
+"""One module per `bench` subcommand. Each defines NAME, HELP, `add_arguments(parser)` and `main(args)`.
+
+`main(args)` turns parsed arguments into a call of the module's `run(...)`, which takes plain arguments so
+that tests call it without argparse, and returns the exit code.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+COMMANDS: list[ModuleType] = []

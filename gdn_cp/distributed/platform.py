@@ -1,0 +1,108 @@
+"""One place that knows devices: which device and collective backend, how to synchronise, peak memory.
+
+    auto -> npu (torch_npu importable and a device present), else cuda (a GPU present), else cpu
+    npu  -> hccl,  cuda -> nccl,  cpu -> gloo
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform as _host
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+DeviceKind = Literal["auto", "cpu", "cuda", "npu"]
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "npu")
+BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+
+
+class PlatformError(RuntimeError):
+    """The asked-for device cannot be used here; the message says what to install or choose."""
+
+
+def _npu_module():
+    """torch.npu after importing torch_npu, or None when torch_npu is not installed."""
+    try:
+        importlib.import_module("torch_npu")
+    except ImportError:
+        return None
+    return getattr(torch, "npu", None)
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """A resolved device type and its collective backend."""
+
+    device_type: Literal["cpu", "cuda", "npu"]
+    backend: str
+
+    def device(self, local_rank: int = 0) -> torch.device:
+        return torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, local_rank)
+
+    def _module(self):
+        return getattr(torch, self.device_type)
+
+    def set_device(self, local_rank: int) -> None:
+        if self.device_type != "cpu":
+            self._module().set_device(local_rank)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work; a no-op on cpu, where ops run synchronously."""
+        if self.device_type != "cpu":
+            self._module().synchronize()
+
+    @property
+    def has_allocator_stats(self) -> bool:
+        """Whether the device allocator tracks peak memory (npu, cuda). On cpu use a profiler meter."""
+        return self.device_type != "cpu"
+
+    def reset_peak_memory(self) -> None:
+        if self.has_allocator_stats:
+            self._module().reset_peak_memory_stats()
+
+    def memory_allocated(self) -> int:
+        """Bytes held by the device allocator now (0 on cpu, which has no allocator statistics)."""
+        return self._module().memory_allocated() if self.has_allocator_stats else 0
+
+    def max_memory_allocated(self) -> int:
+        """Peak bytes since the last `reset_peak_memory` (npu, cuda); PlatformError on cpu."""
+        if not self.has_allocator_stats:
+            raise PlatformError("cpu has no allocator peak; measure with bench.memory's profiler meter")
+        return self._module().max_memory_allocated()
+
+    def device_name(self, local_rank: int = 0) -> str:
+        if self.device_type == "cpu":
+            return _host.processor() or _host.machine()
+        return self._module().get_device_name(local_rank)
+
+
+def resolve_platform(device: str = "auto") -> Platform:
+    """The Platform for `device` ("auto", "cpu", "cuda", "npu"); PlatformError if it cannot run here."""
+    if device not in DEVICES:
+        raise PlatformError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
+    if device == "auto":
+        npu = _npu_module()
+        if npu is not None and npu.is_available():
+            device = "npu"
+        elif torch.cuda.is_available():
+            device = "cuda"
+        else:
+            device = "cpu"
+    elif device == "npu":
+        npu = _npu_module()
+        if npu is None:
+            raise PlatformError(
+                "device 'npu' needs torch-npu: install it with `pip install -e '.[npu]'` (and the CANN "
+                "toolkit), or choose --device cpu"
+            )
+        if not npu.is_available():
+            raise PlatformError("device 'npu': torch_npu imports but sees no NPU; check the driver, or choose cpu")
+    elif device == "cuda" and not torch.cuda.is_available():
+        built = torch.version.cuda or "no CUDA (a CPU build)"
+        raise PlatformError(
+            f"device 'cuda': no GPU visible to torch {torch.__version__} (built with {built}); install a CUDA "
+            "build of torch on a GPU machine, or choose --device cpu"
+        )
+    return Platform(device_type=device, backend=BACKENDS[device])  # type: ignore[arg-type]

@@ -1,0 +1,218 @@
+"""The Qwen3.5 Gated DeltaNet layer, with the parameter names and shapes of transformers'
+Qwen3_5GatedDeltaNet.
+
+A state_dict of that layer (`model.language_model.layers.<i>.linear_attn.*` in a checkpoint, prefix removed)
+loads into `GatedDeltaNet` with strict=True and gives the same output. The forward is split into stages
+(project, convolve, gates, core, output) so that context-parallel modes can recombine them; under
+`LinearAttentionContextParallel.apply` the forward is handed to the mode, and parameters keep their names and
+full shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+from torch import nn
+
+from gdn_cp.dtypes import to_dtype
+from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, gated_rms_norm, gdn_gates
+
+if TYPE_CHECKING:
+    from gdn_cp.distributed.context_parallel import CPExecutor
+
+
+@dataclass(kw_only=True, slots=True)
+class GatedDeltaNetConfig:
+    """Sizes of one GDN layer. Names follow the layer; `from_hf_config` maps a transformers Qwen3.5 config."""
+
+    hidden_size: int
+    """Model width: input and output features."""
+    num_k_heads: int
+    """Query/key heads (Hk)."""
+    num_v_heads: int
+    """Value heads (Hv); a multiple of num_k_heads."""
+    head_k_dim: int
+    """Query/key head dim (K)."""
+    head_v_dim: int
+    """Value head dim (V)."""
+    conv_kernel_size: int = 4
+    """Width of the depthwise causal Conv1D on q, k, v."""
+    rms_norm_eps: float = 1e-6
+    """Epsilon of the gated RMSNorm."""
+    chunk_size: int = 64
+    """Chunk size of the chunked GDN."""
+    dtype: torch.dtype | str = torch.float32
+    """Parameter dtype; a torch.dtype or a name such as "bf16"."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "hidden_size",
+            "num_k_heads",
+            "num_v_heads",
+            "head_k_dim",
+            "head_v_dim",
+            "conv_kernel_size",
+            "chunk_size",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"GatedDeltaNetConfig.{name} must be a positive integer, got {value!r}")
+        if self.num_v_heads % self.num_k_heads:
+            raise ValueError(
+                f"GatedDeltaNetConfig.num_v_heads ({self.num_v_heads}) must be a multiple of num_k_heads "
+                f"({self.num_k_heads}): each key head serves num_v_heads // num_k_heads value heads"
+            )
+        if not self.rms_norm_eps > 0:
+            raise ValueError(f"GatedDeltaNetConfig.rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
+        self.dtype = to_dtype(self.dtype, "GatedDeltaNetConfig.dtype")
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_k_heads * self.head_k_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_v_heads * self.head_v_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the fused projection and the Conv1D: [q | k | v]."""
+        return 2 * self.key_dim + self.value_dim
+
+    @classmethod
+    def from_hf_config(cls, config: Any, **overrides: Any) -> GatedDeltaNetConfig:
+        """From a transformers Qwen3.5 (text) config, or anything with its `linear_*` attributes."""
+        config = getattr(config, "text_config", config)
+        fields = {
+            "hidden_size": config.hidden_size,
+            "num_k_heads": config.linear_num_key_heads,
+            "num_v_heads": config.linear_num_value_heads,
+            "head_k_dim": config.linear_key_head_dim,
+            "head_v_dim": config.linear_value_head_dim,
+            "conv_kernel_size": config.linear_conv_kernel_dim,
+            "rms_norm_eps": config.rms_norm_eps,
+        }
+        fields.update(overrides)
+        return cls(**fields)
+
+
+class GDNProjections(NamedTuple):
+    """The input projections of a token shard."""
+
+    mixed_qkv: torch.Tensor
+    """[B, T, 2*Hk*K + Hv*V] fused q|k|v, before the convolution."""
+    z: torch.Tensor
+    """[B, T, Hv, V] output gate."""
+    b: torch.Tensor
+    """[B, T, Hv] beta logits."""
+    a: torch.Tensor
+    """[B, T, Hv] decay logits."""
+
+
+class GatedRMSNorm(nn.Module):
+    """Holds `norm.weight` [V]; the math is gdn_cp.ops.gated_rms_norm."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, device: torch.device | None = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return gated_rms_norm(x, gate, self.weight, self.eps)
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3.5 Gated DeltaNet: hidden [B, T, hidden_size] -> [B, T, hidden_size]."""
+
+    def __init__(self, config: GatedDeltaNetConfig, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        kw = {"dtype": c.dtype, "device": device}
+        self.in_proj_qkv = nn.Linear(c.hidden_size, c.conv_dim, bias=False, **kw)
+        self.in_proj_z = nn.Linear(c.hidden_size, c.value_dim, bias=False, **kw)
+        self.in_proj_b = nn.Linear(c.hidden_size, c.num_v_heads, bias=False, **kw)
+        self.in_proj_a = nn.Linear(c.hidden_size, c.num_v_heads, bias=False, **kw)
+        # Same module as transformers (padding included) so that checkpoints load; the forward uses only the
+        # weight, through gdn_cp.ops.causal_conv1d.
+        self.conv1d = nn.Conv1d(
+            c.conv_dim,
+            c.conv_dim,
+            kernel_size=c.conv_kernel_size,
+            groups=c.conv_dim,
+            padding=c.conv_kernel_size - 1,
+            bias=False,
+            **kw,
+        )
+        self.dt_bias = nn.Parameter(torch.ones(c.num_v_heads, **kw))
+        # As transformers initialises it: A in [0.01, 16], kept away from 0 so that log(A) is finite.
+        self.A_log = nn.Parameter(torch.empty(c.num_v_heads, **kw).uniform_(0.01, 16).log_())
+        self.norm = GatedRMSNorm(c.head_v_dim, c.rms_norm_eps, **kw)
+        self.out_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **kw)
+        # Set by LinearAttentionContextParallel.apply; a plain attribute, so state_dict is unchanged.
+        self.context_parallel: CPExecutor | None = None
+
+    def project(self, hidden_states: torch.Tensor) -> GDNProjections:
+        """Input projections of [B, T, hidden_size] tokens (any shard of the sequence)."""
+        B, T, _ = hidden_states.shape
+        return GDNProjections(
+            mixed_qkv=self.in_proj_qkv(hidden_states),
+            z=self.in_proj_z(hidden_states).view(B, T, self.config.num_v_heads, self.config.head_v_dim),
+            b=self.in_proj_b(hidden_states),
+            a=self.in_proj_a(hidden_states),
+        )
+
+    def split_qkv(self, mixed_qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[B, T, 2*h_k*K + h_v*V] -> q, k [B, T, h_k, K], v [B, T, h_v, V] for any number of local heads.
+
+        The head counts are read off the channels with the ratio Hv/Hk of the config, so this serves the full
+        layer and a head shard alike.
+        """
+        c = self.config
+        B, T, D = mixed_qkv.shape
+        group = c.num_v_heads // c.num_k_heads
+        h_k = D // (2 * c.head_k_dim + group * c.head_v_dim)
+        q, k, v = mixed_qkv.split(
+            [h_k * c.head_k_dim, h_k * c.head_k_dim, h_k * group * c.head_v_dim], dim=-1
+        )
+        return (
+            q.view(B, T, h_k, c.head_k_dim),
+            k.view(B, T, h_k, c.head_k_dim),
+            v.view(B, T, -1, c.head_v_dim),
+        )
+
+    def core(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        heads: slice = slice(None),
+    ) -> torch.Tensor:
+        """Gates and the chunked GDN for the value heads `heads` (all by default). Shapes as gdn_cp.ops."""
+        g, beta = gdn_gates(a, b, self.A_log[heads], self.dt_bias[heads])
+        o, _ = chunk_gated_delta_rule(
+            q, k, v, g, beta, use_qk_l2norm_in_kernel=True, chunk_size=self.config.chunk_size
+        )
+        return o
+
+    def output(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Gated RMSNorm and output projection: o, z [B, T, Hv, V] -> [B, T, hidden_size]."""
+        B, T = o.shape[:2]
+        return self.out_proj(self.norm(o, z).reshape(B, T, self.config.value_dim))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """hidden_states [B, T, hidden_size] -> [B, T, hidden_size]; under CP, the local shard of both."""
+        if self.context_parallel is not None:
+            return self.context_parallel(self, hidden_states)
+        p = self.project(hidden_states)
+        q, k, v = self.split_qkv(causal_conv1d(p.mixed_qkv, self.conv1d.weight))
+        return self.output(self.core(q, k, v, p.a, p.b), p.z)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        heads = f"Hk={c.num_k_heads}, Hv={c.num_v_heads}, K={c.head_k_dim}, V={c.head_v_dim}"
+        return f"hidden={c.hidden_size}, {heads}, conv={c.conv_kernel_size}, chunk={c.chunk_size}"

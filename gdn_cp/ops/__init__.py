@@ -1,0 +1,54 @@
+"""Single-device Gated DeltaNet math: no torch.distributed in this package.
+
+Shape legend (the FLA / transformers layout, used by every op here):
+
+    B    batch
+    T    sequence length (tokens)
+    Hk   query/key heads
+    Hv   value heads, a multiple of Hk: key head i serves value heads [i*G, (i+1)*G), G = Hv // Hk
+    K    query/key head dim
+    V    value head dim
+    C    chunk size; N = ceil(T / C) chunks
+
+    q, k           [B, T, Hk, K]
+    v              [B, T, Hv, V]
+    g, beta        [B, T, Hv]        (g: log-decay <= 0; beta in (0, 1))
+    state H        [B, Hv, K, V]
+    summary S, M   [B, Hv, K, V], [B, Hv, K, K]   H_out = M @ H_in + S
+    packed [S | M] [B, Hv, K, V + K]
+
+Every op takes (q, k, v, g, beta) in that order. Inputs in bf16/fp16 are accumulated in fp32 and outputs
+come back in the input dtype; fp64 stays fp64.
+"""
+
+from gdn_cp.ops.chunk import ChunkIntermediates, chunk_gated_delta_rule, chunk_outputs, prepare_chunks
+from gdn_cp.ops.conv import causal_conv1d
+from gdn_cp.ops.gates import gdn_gates
+from gdn_cp.ops.norm import gated_rms_norm, l2norm
+from gdn_cp.ops.recurrent import recurrent_gated_delta_rule
+from gdn_cp.ops.summary import (
+    apply_summary,
+    compose_summaries,
+    fold_summaries,
+    gdn_state_summary,
+    pack_summary,
+    unpack_summary,
+)
+
+__all__ = [
+    "ChunkIntermediates",
+    "apply_summary",
+    "causal_conv1d",
+    "chunk_gated_delta_rule",
+    "chunk_outputs",
+    "compose_summaries",
+    "fold_summaries",
+    "gated_rms_norm",
+    "gdn_gates",
+    "gdn_state_summary",
+    "l2norm",
+    "pack_summary",
+    "prepare_chunks",
+    "recurrent_gated_delta_rule",
+    "unpack_summary",
+]
