@@ -1,7 +1,14 @@
 """gdn_cp: Gated DeltaNet (linear attention) ops, the Qwen3.5 GDN layer, and context parallelism for it."""
 
+from gdn_cp.distributed import LinearAttentionContextParallel, all_reduce_gradients
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 
 __version__ = "0.1.0"
 
-__all__ = ["GatedDeltaNet", "GatedDeltaNetConfig", "__version__"]
+__all__ = [
+    "GatedDeltaNet",
+    "GatedDeltaNetConfig",
+    "LinearAttentionContextParallel",
+    "__version__",
+    "all_reduce_gradients",
+]

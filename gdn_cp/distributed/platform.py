@@ -1,7 +1,7 @@
 """One place that knows devices: which device and collective backend, how to synchronise, peak memory.
 
-    auto -> npu (torch_npu importable and a device present), else cuda (a GPU present), else cpu
-    npu  -> hccl,  cuda -> nccl,  cpu -> gloo
+auto -> npu (torch_npu importable and a device present), else cuda (a GPU present), else cpu
+npu  -> hccl,  cuda -> nccl,  cpu -> gloo
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ class Platform:
     backend: str
 
     def device(self, local_rank: int = 0) -> torch.device:
-        return torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, local_rank)
+        return (
+            torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, local_rank)
+        )
 
     def _module(self):
         return getattr(torch, self.device_type)
@@ -98,11 +100,13 @@ def resolve_platform(device: str = "auto") -> Platform:
                 "toolkit), or choose --device cpu"
             )
         if not npu.is_available():
-            raise PlatformError("device 'npu': torch_npu imports but sees no NPU; check the driver, or choose cpu")
+            raise PlatformError(
+                "device 'npu': torch_npu imports but sees no NPU; check the driver, or choose cpu"
+            )
     elif device == "cuda" and not torch.cuda.is_available():
         built = torch.version.cuda or "no CUDA (a CPU build)"
         raise PlatformError(
-            f"device 'cuda': no GPU visible to torch {torch.__version__} (built with {built}); install a CUDA "
-            "build of torch on a GPU machine, or choose --device cpu"
+            f"device 'cuda': no GPU visible to torch {torch.__version__} (built with {built}); install a "
+            "CUDA build of torch on a GPU machine, or choose --device cpu"
         )
     return Platform(device_type=device, backend=BACKENDS[device])  # type: ignore[arg-type]

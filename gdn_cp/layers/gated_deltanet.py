@@ -20,7 +20,7 @@ from gdn_cp.dtypes import to_dtype
 from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, gated_rms_norm, gdn_gates
 
 if TYPE_CHECKING:
-    from gdn_cp.distributed.context_parallel import CPExecutor
+    from gdn_cp.distributed.mode import CPMode
 
 
 @dataclass(kw_only=True, slots=True)
@@ -152,7 +152,7 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(c.head_v_dim, c.rms_norm_eps, **kw)
         self.out_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **kw)
         # Set by LinearAttentionContextParallel.apply; a plain attribute, so state_dict is unchanged.
-        self.context_parallel: CPExecutor | None = None
+        self.context_parallel: CPMode | None = None
 
     def project(self, hidden_states: torch.Tensor) -> GDNProjections:
         """Input projections of [B, T, hidden_size] tokens (any shard of the sequence)."""
@@ -183,6 +183,12 @@ class GatedDeltaNet(nn.Module):
             v.view(B, T, -1, c.head_v_dim),
         )
 
+    def gates(
+        self, a: torch.Tensor, b: torch.Tensor, heads: slice = slice(None)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-decay g and beta [B, T, h] for the value heads `heads` (all by default)."""
+        return gdn_gates(a, b, self.A_log[heads], self.dt_bias[heads])
+
     def core(
         self,
         q: torch.Tensor,
@@ -193,7 +199,7 @@ class GatedDeltaNet(nn.Module):
         heads: slice = slice(None),
     ) -> torch.Tensor:
         """Gates and the chunked GDN for the value heads `heads` (all by default). Shapes as gdn_cp.ops."""
-        g, beta = gdn_gates(a, b, self.A_log[heads], self.dt_bias[heads])
+        g, beta = self.gates(a, b, heads)
         o, _ = chunk_gated_delta_rule(
             q, k, v, g, beta, use_qk_l2norm_in_kernel=True, chunk_size=self.config.chunk_size
         )

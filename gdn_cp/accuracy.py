@@ -1,0 +1,214 @@
+"""Accuracy of a CP layer against the full-sequence single-device reference (the seed's study).
+
+Metrics per tensor (`error_stats`): max-abs error, the reference's abs-max, their ratio (scale-aware), the
+relative L2 error and finiteness. `Thresholds` holds the seed's pass bars; `LayerComparison.failures`
+names every metric above its bar. `compare_layer_under_cp` runs on every rank of a process group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+from gdn_cp.distributed.collectives import all_reduce_gradients, group_rank_size
+from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
+from gdn_cp.distributed.sharding import gather_sequence, shard_sequence
+from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorStats:
+    """Error of one tensor against its reference (computed in fp64)."""
+
+    max_abs: float
+    """max |actual - reference|"""
+    ref_absmax: float
+    """max |reference|"""
+    rel_max: float
+    """max_abs / ref_absmax: the error on the reference's own scale"""
+    rel_l2: float
+    """||actual - reference|| / ||reference||"""
+    finite: bool
+    """every element of actual is finite"""
+
+
+def error_stats(actual: torch.Tensor, reference: torch.Tensor) -> ErrorStats:
+    a, r = actual.detach().double(), reference.detach().double()
+    diff = a - r
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    ref_absmax = r.abs().max().item() if r.numel() else 0.0
+    ref_norm = r.norm().item()
+    tiny = torch.finfo(torch.float64).tiny
+    return ErrorStats(
+        max_abs=max_abs,
+        ref_absmax=ref_absmax,
+        rel_max=max_abs / max(ref_absmax, tiny),
+        rel_l2=diff.norm().item() / max(ref_norm, tiny),
+        finite=bool(torch.isfinite(a).all()),
+    )
+
+
+@dataclass(kw_only=True, slots=True)
+class Thresholds:
+    """Pass bars. Defaults are the seed's bf16 bars (reference PR, section 1)."""
+
+    output_max_abs: float = 5e-2
+    """Output max-abs error (an outlier guard; the scale-aware bars below decide)."""
+    input_grad_max_abs: float = 5e-1
+    """Input-gradient max-abs error."""
+    rel_max: float = 1e-1
+    """Output and input gradient: max_abs / ref_absmax."""
+    rel_l2: float = 5e-2
+    """Output and input gradient: relative L2."""
+    param_rel_max: float = 1e-1
+    """Every parameter gradient: max_abs / ref_absmax."""
+    param_rel_l2: float = 1e-1
+    """Every parameter gradient: relative L2."""
+    grad_norm_rel: float = 1e-2
+    """Global gradient norm: relative difference."""
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"thresholds.{name} must be a positive number, got {value!r}")
+
+    @classmethod
+    def tight(cls, tol: float) -> Thresholds:
+        """Every bar at `tol` (fp32 / fp64 exactness checks)."""
+        return cls(**{name: tol for name in cls.__dataclass_fields__})
+
+
+@dataclass(slots=True)
+class LayerComparison:
+    """A CP layer's output and gradients against the reference layer's."""
+
+    output: ErrorStats
+    input_grad: ErrorStats
+    params: dict[str, ErrorStats]
+    """Per parameter gradient, by name; a missing gradient is recorded in `missing_grads`."""
+    grad_norm_ref: float
+    grad_norm_cp: float
+    missing_grads: list[str] = field(default_factory=list)
+
+    @property
+    def grad_norm_rel(self) -> float:
+        return abs(self.grad_norm_cp - self.grad_norm_ref) / max(self.grad_norm_ref, 1e-300)
+
+    @property
+    def worst_param(self) -> tuple[str, ErrorStats]:
+        """The parameter gradient with the largest relative L2 error."""
+        return max(self.params.items(), key=lambda kv: kv[1].rel_l2)
+
+    def failures(self, t: Thresholds) -> list[str]:
+        """Every metric above its bar, as 'metric value > bar' strings (empty: the comparison passes)."""
+        out: list[str] = []
+
+        def over(name: str, value: float, bar: float) -> None:
+            if not value <= bar:  # NaN fails too
+                out.append(f"{name} {value:.3e} > {bar:.1e}")
+
+        for label, s, max_abs_bar in (
+            ("output", self.output, t.output_max_abs),
+            ("input_grad", self.input_grad, t.input_grad_max_abs),
+        ):
+            if not s.finite:
+                out.append(f"{label} has non-finite values")
+            over(f"{label}.max_abs", s.max_abs, max_abs_bar)
+            over(f"{label}.rel_max", s.rel_max, t.rel_max)
+            over(f"{label}.rel_l2", s.rel_l2, t.rel_l2)
+        out.extend(f"param {name}: gradient missing" for name in self.missing_grads)
+        for name, s in self.params.items():
+            if not s.finite:
+                out.append(f"param {name}: gradient has non-finite values")
+            over(f"param {name}.rel_max", s.rel_max, t.param_rel_max)
+            over(f"param {name}.rel_l2", s.rel_l2, t.param_rel_l2)
+        over("grad_norm_rel", self.grad_norm_rel, t.grad_norm_rel)
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "output": asdict(self.output),
+            "input_grad": asdict(self.input_grad),
+            "params": {n: asdict(s) for n, s in self.params.items()},
+            "grad_norm_ref": self.grad_norm_ref,
+            "grad_norm_cp": self.grad_norm_cp,
+            "grad_norm_rel": self.grad_norm_rel,
+            "missing_grads": list(self.missing_grads),
+        }
+
+
+def _grad_norm(module: torch.nn.Module) -> float:
+    return math.sqrt(
+        sum(p.grad.double().pow(2).sum().item() for p in module.parameters() if p.grad is not None)
+    )
+
+
+def compare_layer_under_cp(
+    config: GatedDeltaNetConfig,
+    *,
+    mode: str,
+    checkpoint_summary: bool = True,
+    seq_len: int,
+    batch: int = 1,
+    seed: int = 0,
+    group: ProcessGroup | None = None,
+    device: torch.device | str = "cpu",
+    layer_hook=None,
+) -> LayerComparison:
+    """Run on every rank of `group`: the CP layer vs the full-sequence reference with identical weights.
+
+    Every rank builds the same weights, input [batch, seq_len, hidden] and output gradient from `seed`; the
+    CP layer runs forward and backward on its shard, parameter gradients are summed over the group, and
+    outputs and input gradients are gathered. Rank 0 runs the reference on the full sequence and computes
+    the metrics, which every rank returns.
+
+    Args:
+        layer_hook: optional callable applied to the CP layer after `apply` (tests use it to break a mode)
+    """
+    rank, _ = group_rank_size(group)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    ref = GatedDeltaNet(config, device=device)
+    cp_layer = GatedDeltaNet(config, device=device)
+    cp_layer.load_state_dict(ref.state_dict())
+    x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
+    grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
+
+    LinearAttentionContextParallel(mode=mode, checkpoint_summary=checkpoint_summary).apply(cp_layer, group)
+    if layer_hook is not None:
+        layer_hook(cp_layer)
+    x_local = shard_sequence(x, group).clone().requires_grad_(True)
+    y_local = cp_layer(x_local)
+    y_local.backward(shard_sequence(grad_out, group))
+    all_reduce_gradients(cp_layer.parameters(), group)
+    y_cp = gather_sequence(y_local.detach(), group)
+    gx_cp = gather_sequence(x_local.grad, group)
+
+    result: list[LayerComparison | None] = [None]
+    if rank == 0:
+        x_ref = x.clone().requires_grad_(True)
+        y_ref = ref(x_ref)
+        y_ref.backward(grad_out)
+        ref_params = dict(ref.named_parameters())
+        params, missing = {}, []
+        for name, p in cp_layer.named_parameters():
+            if p.grad is None:
+                missing.append(name)
+            else:
+                params[name] = error_stats(p.grad, ref_params[name].grad)
+        result[0] = LayerComparison(
+            output=error_stats(y_cp, y_ref),
+            input_grad=error_stats(gx_cp, x_ref.grad),
+            params=params,
+            grad_norm_ref=_grad_norm(ref),
+            grad_norm_cp=_grad_norm(cp_layer),
+            missing_grads=missing,
+        )
+    if dist.get_world_size(group) > 1:
+        dist.broadcast_object_list(result, group_src=0, group=group)
+    assert result[0] is not None
+    return result[0]

@@ -1,0 +1,283 @@
+"""Autograd-correct collectives for context parallelism (sequence dim 1 unless stated; ranks are group ranks).
+
+- `all_to_all_single`: the primitive, along dim 0 with (uneven) split sizes; backward is the reverse exchange.
+- `all_to_all`: scatter one dim, gather another (Ulysses: Shard(sequence) <-> Shard(head)), uneven allowed.
+- `exchange_halo`: the tokens just before this rank's shard, from earlier ranks (all-to-all-v), for Conv1D.
+- `all_gather_stack`: stack one tensor per rank; backward sums each rank's slot back to its owner.
+- `state_chain`: the rank-to-rank recurrent state hand-off H_out = M @ H_in + S (forward r-1 -> r -> r+1,
+  backward r+1 -> r -> r-1).
+- `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
+
+All of them are no-ops (or identities) on a group of one rank. Every wire transfer reports to comm_stats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+from gdn_cp.distributed import comm_stats
+
+
+def group_rank_size(group: ProcessGroup | None) -> tuple[int, int]:
+    """(rank, size) of this process in `group` (None: the default group)."""
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _nbytes(numel: int, t: torch.Tensor) -> int:
+    return numel * t.element_size()
+
+
+def _exchange(
+    x: torch.Tensor, output_split_sizes: list[int], input_split_sizes: list[int], group: ProcessGroup | None
+) -> torch.Tensor:
+    """dist.all_to_all_single along dim 0, counted. x is made contiguous; the result is a new tensor."""
+    rank, _ = group_rank_size(group)
+    x = x.contiguous()
+    out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
+    row = math.prod(x.shape[1:])
+    comm_stats.record(
+        "all_to_all",
+        _nbytes(row * (sum(input_split_sizes) - input_split_sizes[rank]), x),
+        _nbytes(row * (sum(output_split_sizes) - output_split_sizes[rank]), x),
+    )
+    dist.all_to_all_single(out, x, output_split_sizes, input_split_sizes, group=group)
+    return out
+
+
+class _AllToAllSingle(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, output_split_sizes, input_split_sizes, group):
+        ctx.splits = (list(output_split_sizes), list(input_split_sizes))
+        ctx.group = group
+        return _exchange(x, list(output_split_sizes), list(input_split_sizes), group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        output_split_sizes, input_split_sizes = ctx.splits
+        return _exchange(grad, input_split_sizes, output_split_sizes, ctx.group), None, None, None
+
+
+def all_to_all_single(
+    x: torch.Tensor,
+    output_split_sizes: Sequence[int],
+    input_split_sizes: Sequence[int],
+    group: ProcessGroup | None = None,
+) -> torch.Tensor:
+    """Differentiable all-to-all along dim 0: rows [sum(in[:j]), sum(in[:j+1])) go to rank j, and the rows
+    received from rank j land at [sum(out[:j]), sum(out[:j+1])). Sizes may differ per peer, and be zero.
+
+    Args:
+        x: [sum(input_split_sizes), ...]
+    Returns:
+        [sum(output_split_sizes), ...]
+    """
+    return _AllToAllSingle.apply(x, list(output_split_sizes), list(input_split_sizes), group)
+
+
+def all_to_all(
+    x: torch.Tensor,
+    scatter_dim: int,
+    gather_dim: int,
+    group: ProcessGroup | None = None,
+    scatter_sizes: Sequence[int] | None = None,
+    gather_sizes: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Split x along `scatter_dim`, send part j to rank j, and concatenate what arrives along `gather_dim`
+    in rank order. Differentiable; the backward is the inverse exchange.
+
+    Ulysses: [B, T/cp, H, D] with scatter_dim=2, gather_dim=1 -> [B, T, H/cp, D], and back with the dims
+    swapped.
+
+    Args:
+        x: any shape
+        scatter_sizes: sizes of the parts along scatter_dim, one per rank (default: equal parts)
+        gather_sizes: each rank's size along gather_dim (default: all equal to x's), for uneven shards
+    Returns:
+        x's shape with scatter_dim -> scatter_sizes[rank] and gather_dim -> sum(gather_sizes).
+    """
+    rank, size = group_rank_size(group)
+    if size == 1:
+        return x
+    scatter_dim %= x.dim()
+    gather_dim %= x.dim()
+    if scatter_sizes is None:
+        if x.shape[scatter_dim] % size:
+            raise ValueError(
+                f"all_to_all: dim {scatter_dim} of size {x.shape[scatter_dim]} does not split over "
+                f"{size} ranks; pass scatter_sizes"
+            )
+        scatter_sizes = [x.shape[scatter_dim] // size] * size
+    gather_sizes = list(gather_sizes) if gather_sizes is not None else [x.shape[gather_dim]] * size
+    if len(scatter_sizes) != size or len(gather_sizes) != size:
+        raise ValueError(f"all_to_all: need one scatter and one gather size per rank ({size})")
+
+    # Every part travels flattened, so parts of different shapes share one all_to_all_single.
+    parts = x.split(list(scatter_sizes), dim=scatter_dim)
+    send = torch.cat([p.reshape(-1) for p in parts])
+    shapes = []
+    for src in range(size):
+        shape = list(x.shape)
+        shape[scatter_dim] = scatter_sizes[rank]
+        shape[gather_dim] = gather_sizes[src]
+        shapes.append(shape)
+    recv_numels = [torch.Size(s).numel() for s in shapes]
+    recv = all_to_all_single(send, recv_numels, [p.numel() for p in parts], group)
+    received = [r.view(s) for r, s in zip(recv.split(recv_numels), shapes, strict=True)]
+    return torch.cat(received, dim=gather_dim)
+
+
+def _halo_ranges(sizes: Sequence[int], width: int) -> list[tuple[int, int]]:
+    """Global token range [lo, hi) of the halo each rank needs: the `width` tokens before its shard."""
+    ranges, start = [], 0
+    for n in sizes:
+        ranges.append((max(0, start - width), start))
+        start += n
+    return ranges
+
+
+def exchange_halo(
+    x: torch.Tensor, width: int, group: ProcessGroup | None = None, shard_sizes: Sequence[int] | None = None
+) -> torch.Tensor:
+    """The last `width` tokens before this rank's shard, gathered from earlier ranks (oldest first).
+
+    With tiny shards the halo spans several earlier ranks; at the sequence start it is shorter (rank 0 gets
+    none), and causal_conv1d zero-fills what is missing. One all-to-all-v; differentiable (a token sent to
+    several ranks gets the sum of their gradients).
+
+    Args:
+        x: [B, L, D] this rank's shard, before the convolution
+        width: tokens of left context wanted (kernel size - 1)
+        shard_sizes: every rank's shard length (default: all equal to L)
+    Returns:
+        [B, min(width, tokens before this shard), D]
+    """
+    rank, size = group_rank_size(group)
+    sizes = list(shard_sizes) if shard_sizes is not None else [x.shape[1]] * size
+    if size == 1 or width == 0:
+        return x[:, :0]
+    starts = [sum(sizes[:r]) for r in range(size)]
+    my_lo, my_hi = starts[rank], starts[rank] + sizes[rank]
+    send_index: list[int] = []
+    send_counts, recv_counts = [], []
+    needed = _halo_ranges(sizes, width)
+    for peer in range(size):
+        lo, hi = needed[peer]  # what `peer` needs ...
+        take = range(max(lo, my_lo), min(hi, my_hi))  # ... of my tokens
+        send_index.extend(t - my_lo for t in take)
+        send_counts.append(len(take))
+        lo, hi = needed[rank]  # what I need of `peer`'s tokens
+        recv_counts.append(max(0, min(hi, starts[peer] + sizes[peer]) - max(lo, starts[peer])))
+    index = torch.tensor(send_index, dtype=torch.long, device=x.device)
+    send = x.index_select(1, index).transpose(0, 1)  # tokens first, for the dim-0 exchange
+    return all_to_all_single(send, recv_counts, send_counts, group).transpose(0, 1)
+
+
+# torch 2.13 renamed all_gather_into_tensor to all_gather_single; older releases only have the former.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        _, size = group_rank_size(group)
+        flat = x.reshape(-1).contiguous()  # gloo wants the concatenated (not stacked) output form
+        out = flat.new_empty(size * flat.numel())
+        comm_stats.record(
+            "all_gather", _nbytes(flat.numel() * (size - 1), x), _nbytes(flat.numel() * (size - 1), x)
+        )
+        _all_gather_single(out, flat, group=group)
+        return out.view(size, *x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Slot j of every rank's output came from rank j: send each slot home and sum what arrives.
+        _, size = group_rank_size(ctx.group)
+        return _exchange(grad, [1] * size, [1] * size, ctx.group).sum(0), None
+
+
+def all_gather_stack(x: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
+    """Differentiable all-gather: x [...] -> [cp, ...], slot j holding rank j's x."""
+    _, size = group_rank_size(group)
+    if size == 1:
+        return x.unsqueeze(0)
+    return _AllGather.apply(x, group)
+
+
+def _send(t: torch.Tensor, peer: int, group: ProcessGroup | None) -> None:
+    comm_stats.record("p2p", t.numel() * t.element_size(), 0)
+    dist.send(t.contiguous(), group_dst=peer, group=group)
+
+
+def _recv(like: torch.Tensor, peer: int, group: ProcessGroup | None) -> torch.Tensor:
+    buf = torch.empty_like(like, memory_format=torch.contiguous_format)
+    comm_stats.record("p2p", 0, buf.numel() * buf.element_size())
+    dist.recv(buf, group_src=peer, group=group)
+    return buf
+
+
+class _StateChain(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, S, M, group):
+        rank, size = group_rank_size(group)
+        h_in = torch.zeros_like(S) if rank == 0 else _recv(S, rank - 1, group)
+        if rank < size - 1:
+            _send(M @ h_in + S, rank + 1, group)
+        ctx.save_for_backward(M, h_in)
+        ctx.group = group
+        return h_in
+
+    @staticmethod
+    def backward(ctx, grad_h_in):
+        M, h_in = ctx.saved_tensors
+        rank, size = group_rank_size(ctx.group)
+        if rank == size - 1:
+            grad_h_out = torch.zeros_like(h_in)
+        else:
+            grad_h_out = _recv(h_in, rank + 1, ctx.group)  # dL/dH_out is the next rank's dL/dH_in
+        if rank > 0:
+            _send(grad_h_in + M.transpose(-1, -2) @ grad_h_out, rank - 1, ctx.group)
+        return grad_h_out, grad_h_out @ h_in.transpose(-1, -2), None
+
+
+def state_chain(S: torch.Tensor, M: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
+    """The state entering this rank's shard, handed rank to rank.
+
+    Forward: receive H_in from rank r-1 (zeros on rank 0), send H_out = M @ H_in + S to rank r+1. Backward:
+    receive dL/dH_out from rank r+1, send dL/dH_in = (local grad) + M^T dL/dH_out to rank r-1; dS = dL/dH_out,
+    dM = dL/dH_out H_in^T. Only one [B, Hv, K, V] state crosses each hop, each way.
+
+    Args:
+        S: [B, Hv, K, V] and M: [B, Hv, K, K], this rank's summary
+    Returns:
+        H_in [B, Hv, K, V]
+    """
+    _, size = group_rank_size(group)
+    if size == 1:
+        return torch.zeros_like(S)
+    return _StateChain.apply(S, M, group)
+
+
+def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: ProcessGroup | None = None) -> None:
+    """Sum .grad over the group, in place: under CP each rank holds a partial gradient, and their sum is
+    the single-device gradient. One all-reduce per dtype (gradients are flattened together)."""
+    _, size = group_rank_size(group)
+    if size == 1:
+        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in parameters:
+        if p.grad is not None:
+            by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
+    for grads in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        comm_stats.record("all_reduce", _nbytes(flat.numel(), flat), _nbytes(flat.numel(), flat))
+        dist.all_reduce(flat, group=group)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()

@@ -1,0 +1,55 @@
+"""Count the bytes each collective of gdn_cp.distributed sends and receives on this rank.
+
+    with count_communication() as stats:
+        loss = layer(x).sum(); loss.backward()
+    stats.bytes_sent["all_to_all"], stats.bytes_received["p2p"], ...
+
+Every collective in gdn_cp.distributed.collectives reports through `record`, so the counts are what went over
+the wire from this rank's point of view (a rank's own share in an all-to-all or all-gather does not cross the
+wire and is not counted).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class CommStats:
+    """Bytes and calls per collective kind ("all_to_all", "all_gather", "p2p", "all_reduce")."""
+
+    bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    bytes_received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        kinds = sorted(set(self.bytes_sent) | set(self.bytes_received) | set(self.calls))
+        return {
+            k: {"sent": self.bytes_sent[k], "received": self.bytes_received[k], "calls": self.calls[k]}
+            for k in kinds
+        }
+
+
+_active: list[CommStats] = []
+
+
+def record(kind: str, sent: int, received: int) -> None:
+    """Add one collective call of `kind` to every active counter."""
+    for stats in _active:
+        stats.bytes_sent[kind] += sent
+        stats.bytes_received[kind] += received
+        stats.calls[kind] += 1
+
+
+@contextmanager
+def count_communication() -> Iterator[CommStats]:
+    """Count the collectives of gdn_cp.distributed run inside the block (forward and backward)."""
+    stats = CommStats()
+    _active.append(stats)
+    try:
+        yield stats
+    finally:
+        _active.remove(stats)

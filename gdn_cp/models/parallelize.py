@@ -1,0 +1,41 @@
+"""Context parallelism for the hybrid model: GDN layers through LinearAttentionContextParallel, full
+attention through Ulysses, as the seed did (torchtitan style: change the model in place and return it)."""
+
+from __future__ import annotations
+
+from torch.distributed import ProcessGroup
+from torch.distributed.device_mesh import DeviceMesh
+
+from gdn_cp.distributed.collectives import group_rank_size
+from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel, as_process_group
+from gdn_cp.models.qwen35_hybrid import Qwen35Hybrid
+
+
+def apply_context_parallel(
+    model: Qwen35Hybrid,
+    cp_group: ProcessGroup | DeviceMesh | None = None,
+    *,
+    linear_attention_mode: str = "ulysses",
+    checkpoint_summary: bool = True,
+) -> Qwen35Hybrid:
+    """Put every layer of `model` under CP over `cp_group`; afterwards the model takes sequence shards.
+
+    Full attention needs num_attention_heads divisible by cp (key/value heads are repeated when they are
+    fewer than cp); GDN layers follow the rules of `linear_attention_mode`.
+    """
+    group = as_process_group(cp_group)
+    _, cp = group_rank_size(group)
+    c = model.config
+    if any(t == "full_attention" for t in c.layer_types) and c.num_attention_heads % cp:
+        raise ValueError(
+            f"full attention shards heads over cp={cp}, but num_attention_heads={c.num_attention_heads} is "
+            f"not divisible by {cp}; choose a cp that divides it"
+        )
+    style = LinearAttentionContextParallel(mode=linear_attention_mode, checkpoint_summary=checkpoint_summary)
+    for layer in model.layers:
+        if layer.layer_type == "linear_attention":
+            style.apply(layer.linear_attn, group)
+        else:
+            layer.self_attn.cp_group = group
+    model.cp_group = group
+    return model

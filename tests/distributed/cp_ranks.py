@@ -1,0 +1,348 @@
+"""Functions that run on every rank of a test process group (spawned ranks import them by name).
+
+Each returns plain picklable results (errors, flags, comparisons); the tests assert on them in the parent.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gdn_cp import GatedDeltaNet, GatedDeltaNetConfig, LinearAttentionContextParallel
+from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp, error_stats
+from gdn_cp.distributed import (
+    MODES,
+    all_gather_stack,
+    all_reduce_gradients,
+    all_to_all,
+    all_to_all_single,
+    exchange_halo,
+    gather_sequence,
+    shard_sequence,
+    state_chain,
+)
+from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
+from gdn_cp.ops import fold_summaries
+
+LAYER = {
+    "hidden_size": 32,
+    "num_k_heads": 4,
+    "num_v_heads": 8,
+    "head_k_dim": 8,
+    "head_v_dim": 8,
+    "chunk_size": 8,
+}
+
+
+def layer_config(dtype: str, **overrides) -> GatedDeltaNetConfig:
+    return GatedDeltaNetConfig(**{**LAYER, "dtype": dtype, **overrides})
+
+
+LayerCase = tuple[str, str, bool, int]
+"""(mode, dtype, checkpoint_summary, global seq_len)"""
+
+
+def ulysses_fits(world: int) -> bool:
+    """ulysses needs the test layer's 4 key / 8 value heads to split over the ranks."""
+    return LAYER["num_k_heads"] % world == 0
+
+
+def modes_for(world: int) -> list[str]:
+    return [m for m in MODES if m != "ulysses" or ulysses_fits(world)]
+
+
+def layer_cases(world: int) -> list[LayerCase]:
+    cases = []
+    for mode in modes_for(world):
+        for dtype in ("fp64", "fp32", "bf16"):
+            for ckpt in (True, False) if mode != "ulysses" else (True,):
+                # 6 tokens per rank cross the chunk boundaries (chunk 8) unevenly.
+                cases.append((mode, dtype, ckpt, 6 * world))
+        # 1 token per rank: the conv halo spans several earlier ranks.
+        cases.append((mode, "fp64", True, world))
+    return cases
+
+
+def layer_comparisons(cases: list[LayerCase]) -> dict[LayerCase, LayerComparison]:
+    return {
+        case: compare_layer_under_cp(
+            layer_config(case[1]), mode=case[0], checkpoint_summary=case[2], seq_len=case[3], batch=2, seed=1
+        )
+        for case in cases
+    }
+
+
+HYBRID_WORLDS = (2, 4)  # the hybrid model's 4 attention heads split over these
+
+
+def run_world(world: int) -> dict[str, Any]:
+    """Every multi-rank check for one world size, in one launch (a launch costs seconds)."""
+    out: dict[str, Any] = {
+        "a2a_single": check_all_to_all_single(),
+        "ulysses_round_trip": {
+            (1, 1): check_ulysses_round_trip(1, 1),
+            (3, 2): check_ulysses_round_trip(3, 2),
+        },
+        "halo": {n: check_exchange_halo(n, 3) for n in (1, 2, 5)},
+        "all_gather_stack": check_all_gather_stack(),
+        "state_chain": check_state_chain(),
+        "all_reduce_gradients": check_all_reduce_gradients(),
+        "layer": layer_comparisons(layer_cases(world)),
+        "checkpoint_on_off": {m: checkpoint_on_off(m, 3 * world) for m in ("p2p", "all_gather")},
+    }
+    if world in HYBRID_WORLDS:
+        out["hybrid"] = {m: hybrid_comparison(m, 8 * world, "fp64") for m in MODES}
+    if world == 2:
+        out["errors"] = error_messages()
+    return out
+
+
+def checkpoint_on_off(mode: str, seq_len: int) -> float:
+    """Largest difference between checkpoint on and off, over the output and every gradient (fp64)."""
+    results = []
+    for ckpt in (True, False):
+        torch.manual_seed(3)
+        layer = GatedDeltaNet(layer_config("fp64"))
+        LinearAttentionContextParallel(mode=mode, checkpoint_summary=ckpt).apply(layer)
+        x = shard_sequence(torch.randn(2, seq_len, LAYER["hidden_size"], dtype=torch.float64)).clone()
+        x.requires_grad_(True)
+        y = layer(x)
+        y.pow(2).sum().backward()
+        results.append([y.detach(), x.grad] + [p.grad for p in layer.parameters()])
+    return max(_max_abs(a, b) for a, b in zip(*results, strict=True))
+
+
+# --- collectives -------------------------------------------------------------------------------------------
+
+
+def _split_sizes(src: int, dst: int) -> int:
+    """Rows rank `src` sends to rank `dst`: uneven, and zero for some pairs (never for src == dst == 0)."""
+    return (2 * src + dst + 1) % 3
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b|, 0 for empty tensors."""
+    return (a - b).abs().max().item() if a.numel() else 0.0
+
+
+def _rows(src: int, dst: int, n: int, width: int) -> torch.Tensor:
+    """The rows src sends dst, and the weight dst applies to them, both known to every rank."""
+    base = torch.arange(n * width, dtype=torch.float64).view(n, width)
+    return base + 100 * src + 10 * dst
+
+
+def check_all_to_all_single() -> dict[str, float]:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    width = 3
+    send_sizes = [_split_sizes(rank, j) for j in range(size)]
+    recv_sizes = [_split_sizes(j, rank) for j in range(size)]
+    x = torch.cat([_rows(rank, j, send_sizes[j], width) for j in range(size)]).requires_grad_(True)
+    out = all_to_all_single(x, recv_sizes, send_sizes)
+    expected = torch.cat([_rows(j, rank, recv_sizes[j], width) for j in range(size)])
+    weight = expected.sin()  # a weight per received row
+    (out * weight).sum().backward()
+    # Rows I sent to j were weighted by j with sin(rows): the gradient comes back in the order sent.
+    expected_grad = torch.cat([_rows(rank, j, send_sizes[j], width).sin() for j in range(size)])
+    return {
+        "forward": _max_abs(out, expected),
+        "backward": _max_abs(x.grad, expected_grad),
+    }
+
+
+def check_ulysses_round_trip(local_seq: int, batch: int) -> dict[str, float]:
+    """Shard(sequence) -> Shard(head) -> Shard(sequence), forward and backward (the seed's B=1, L=1 test)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    heads, dim = 2 * size, 3
+    gen = torch.Generator().manual_seed(0)
+    full = torch.randn(batch, local_seq * size, heads, dim, generator=gen, dtype=torch.float64)
+    weight = torch.randn(full.shape, generator=gen, dtype=torch.float64)
+    x = shard_sequence(full).clone().requires_grad_(True)
+    head_shard = all_to_all(x, scatter_dim=2, gather_dim=1)
+    back = all_to_all(head_shard * 2, scatter_dim=1, gather_dim=2)
+    (back * shard_sequence(weight)).sum().backward()
+    h = heads // size
+    return {
+        "head_shard": _max_abs(head_shard, full[:, :, rank * h : (rank + 1) * h]),
+        "round_trip": _max_abs(back, 2 * x),
+        "backward": _max_abs(x.grad, 2 * shard_sequence(weight)),
+    }
+
+
+def check_exchange_halo(local_seq: int, width: int) -> dict[str, float]:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(0)
+    full = torch.randn(2, local_seq * size, 5, generator=gen, dtype=torch.float64)
+    weights = [torch.randn(2, width, 5, generator=gen, dtype=torch.float64) for _ in range(size)]
+    x = shard_sequence(full).clone().requires_grad_(True)
+    halo = exchange_halo(x, width)
+    start = rank * local_seq
+    lo = max(0, start - width)
+    (halo * weights[rank][:, : halo.shape[1]]).sum().backward()
+    # Reference: every rank's halo taken from the full sequence in one process.
+    ref = full.clone().requires_grad_(True)
+    loss = 0
+    for r in range(size):
+        s = r * local_seq
+        piece = ref[:, max(0, s - width) : s]
+        loss = loss + (piece * weights[r][:, : piece.shape[1]]).sum()
+    loss.backward()
+    return {
+        "length": float(halo.shape[1] != start - lo),
+        "forward": _max_abs(halo, full[:, lo:start]),
+        "backward": _max_abs(x.grad, shard_sequence(ref.grad)),
+    }
+
+
+def check_all_gather_stack() -> dict[str, float]:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(2, 3, generator=gen, dtype=torch.float64) for _ in range(size)]
+    ws = [torch.randn(size, 2, 3, generator=gen, dtype=torch.float64) for _ in range(size)]
+    x = xs[rank].clone().requires_grad_(True)
+    gathered = all_gather_stack(x)
+    (gathered * ws[rank]).sum().backward()
+    expected_grad = sum(w[rank] for w in ws)  # every rank weighted my slot
+    return {
+        "forward": _max_abs(gathered, torch.stack(xs)),
+        "backward": _max_abs(x.grad, expected_grad),
+    }
+
+
+def check_state_chain() -> dict[str, float]:
+    """H_in of every rank and dS, dM against a single-process fold of all summaries."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(0)
+    K, V = 3, 2
+    Ss = [torch.randn(1, 2, K, V, generator=gen, dtype=torch.float64) for _ in range(size)]
+    Ms = [torch.randn(1, 2, K, K, generator=gen, dtype=torch.float64) * 0.5 for _ in range(size)]
+    ws = [torch.randn(1, 2, K, V, generator=gen, dtype=torch.float64) for _ in range(size)]
+    S, M = Ss[rank].clone().requires_grad_(True), Ms[rank].clone().requires_grad_(True)
+    h_in = state_chain(S, M)
+    if size > 1:
+        (h_in * ws[rank]).sum().backward()
+
+    rS = [s.clone().requires_grad_(True) for s in Ss]
+    rM = [m.clone().requires_grad_(True) for m in Ms]
+    loss = 0
+    for r in range(1, size):
+        loss = loss + (fold_summaries(list(zip(rS[:r], rM[:r], strict=True))) * ws[r]).sum()
+    expected_h = fold_summaries(list(zip(Ss[:rank], Ms[:rank], strict=True))) if rank else torch.zeros_like(S)
+    out = {"forward": _max_abs(h_in, expected_h)}
+    if size > 1:  # on one rank the chain is a constant zero state: nothing to differentiate
+        loss.backward()
+        gS = rS[rank].grad if rS[rank].grad is not None else torch.zeros_like(S)
+        gM = rM[rank].grad if rM[rank].grad is not None else torch.zeros_like(M)
+        out["grad_S"] = _max_abs(S.grad, gS)
+        out["grad_M"] = _max_abs(M.grad, gM)
+    return out
+
+
+def check_all_reduce_gradients() -> float:
+    rank, size = dist.get_rank(), dist.get_world_size()
+    p32 = torch.nn.Parameter(torch.zeros(3))
+    p64 = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.float64))
+    p32.grad = torch.full((3,), float(rank + 1))
+    p64.grad = torch.full((2, 2), float(rank), dtype=torch.float64)
+    no_grad = torch.nn.Parameter(torch.zeros(1))
+    all_reduce_gradients([p32, p64, no_grad])
+    expect32 = size * (size + 1) / 2
+    expect64 = size * (size - 1) / 2
+    return max(_max_abs(p32.grad, expect32), _max_abs(p64.grad, expect64))
+
+
+# --- the hybrid model ---------------------------------------------------------------------------------------
+
+
+def hybrid_comparison(mode: str, seq_len: int, dtype: str) -> dict[str, float]:
+    """Loss and every gradient of the hybrid model under CP against the single-rank model."""
+    torch.manual_seed(0)
+    config = Qwen35HybridConfig(dtype=dtype, chunk_size=4, vocab_size=64)
+    ref = Qwen35Hybrid(config)
+    model = copy.deepcopy(ref)
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, config.vocab_size, (2, seq_len + 1), generator=gen)
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+
+    apply_context_parallel(model, linear_attention_mode=mode)
+    out = model(shard_sequence(inputs), shard_sequence(labels))
+    out.loss.backward()
+    all_reduce_gradients(model.parameters())
+    loss = out.loss.detach().clone()
+    dist.all_reduce(loss)
+    logits = gather_sequence(out.logits.detach())
+
+    ref_out = ref(inputs, labels)
+    ref_out.loss.backward()
+    errors = {
+        "loss": abs(loss.item() - ref_out.loss.item()),
+        "logits": error_stats(logits, ref_out.logits).rel_max,
+    }
+    ref_params = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        errors[name] = (
+            error_stats(p.grad, ref_params[name].grad).rel_max if p.grad is not None else float("inf")
+        )
+    return errors
+
+
+# --- error paths --------------------------------------------------------------------------------------------
+
+
+def _message(fn) -> str:
+    try:
+        fn()
+    except (ValueError, NotImplementedError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def error_messages() -> dict[str, str]:
+    """Every CP error path that needs a real group of 2 ranks; returns each path's exception."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    size = dist.get_world_size()
+    out: dict[str, str] = {}
+    odd_heads = layer_config("fp32", num_k_heads=3, num_v_heads=3)
+    out["ulysses_heads"] = _message(
+        lambda: LinearAttentionContextParallel(mode="ulysses").apply(GatedDeltaNet(odd_heads))
+    )
+    out["tp_group"] = _message(
+        lambda: LinearAttentionContextParallel().apply(
+            GatedDeltaNet(layer_config("fp32")), tp_group=dist.group.WORLD
+        )
+    )
+    mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
+    tp_layer = GatedDeltaNet(layer_config("fp32"))
+    tp_layer.out_proj.weight = torch.nn.Parameter(
+        distribute_tensor(tp_layer.out_proj.weight.data, mesh, [Shard(0)])
+    )
+    out["tp_dtensor"] = _message(lambda: LinearAttentionContextParallel().apply(tp_layer, mesh))
+    out["not_a_gdn"] = _message(lambda: LinearAttentionContextParallel().apply(torch.nn.Linear(2, 2)))
+    out["uneven_shard_sequence"] = _message(lambda: shard_sequence(torch.zeros(1, 2 * size + 1, 4)))
+
+    # Uneven local shards reaching the layer: every rank must raise (the check is collective).
+    layer = LinearAttentionContextParallel(mode="p2p").apply(GatedDeltaNet(layer_config("fp32")))
+    out["uneven_forward"] = _message(lambda: layer(torch.zeros(1, 3 + dist.get_rank(), LAYER["hidden_size"])))
+
+    # A DeviceMesh works as the CP group, and a DTensor input comes back as a DTensor of the same placement.
+    cp_mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("cp",))
+    torch.manual_seed(0)
+    dt_layer = LinearAttentionContextParallel(mode="all_gather").apply(
+        GatedDeltaNet(layer_config("fp64")), cp_mesh
+    )
+    full = torch.randn(1, 4 * size, LAYER["hidden_size"], dtype=torch.float64)
+    y = dt_layer(distribute_tensor(full, cp_mesh, [Shard(1)]))
+    torch.manual_seed(0)
+    plain = GatedDeltaNet(layer_config("fp64"))
+    out["dtensor_output"] = (
+        f"{type(y).__name__} {y.placements} "
+        f"err={(y.full_tensor() - plain(full)).abs().max().item() if isinstance(y, DTensor) else 'n/a'}"
+    )
+    # Parameters keep names and full shapes: the CP layer's state_dict loads into a plain layer.
+    fresh = GatedDeltaNet(layer_config("fp64"))
+    out["state_dict"] = str(fresh.load_state_dict(dt_layer.state_dict(), strict=True))
+    return out

@@ -1,0 +1,71 @@
+"""Every error path of LinearAttentionContextParallel, and what CP must keep (names, shapes, DTensors)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gdn_cp import GatedDeltaNetConfig, LinearAttentionContextParallel
+from gdn_cp.distributed import MODES, check_cp_shapes
+
+pytestmark = pytest.mark.multirank
+
+
+@pytest.fixture
+def messages(world_results) -> dict[str, str]:
+    """Each error path's exception, from a real group of 2 ranks (both ranks must agree)."""
+    ranks = world_results(2)
+    assert ranks[0]["errors"] == ranks[1]["errors"]
+    return ranks[0]["errors"]
+
+
+def test_unknown_mode_lists_the_modes() -> None:
+    with pytest.raises(ValueError, match="unknown CP mode 'ring'; use one of ulysses, p2p, all_gather"):
+        LinearAttentionContextParallel(mode="ring")
+
+
+def test_default_mode_is_ulysses() -> None:
+    assert LinearAttentionContextParallel().mode == "ulysses" == MODES[0]
+
+
+def test_check_cp_shapes_names_both_head_counts() -> None:
+    config = GatedDeltaNetConfig(hidden_size=8, num_k_heads=2, num_v_heads=6, head_k_dim=4, head_v_dim=4)
+    with pytest.raises(ValueError, match=r"num_k_heads=2 and num_v_heads=6 .* not divisible by 4"):
+        check_cp_shapes("ulysses", config, 4)
+    with pytest.raises(
+        ValueError, match=r"num_k_heads=2 \(num_k_heads=2, num_v_heads=6\) is not divisible by 3"
+    ):
+        check_cp_shapes("ulysses", config, 3)
+    check_cp_shapes("p2p", config, 4)  # sequence-shard modes keep full heads
+    with pytest.raises(ValueError, match="100 tokens does not split evenly over cp=8"):
+        check_cp_shapes("all_gather", config, 8, seq_len=100)
+
+
+def test_ulysses_refuses_heads_that_do_not_split(messages) -> None:
+    assert messages["ulysses_heads"].startswith("ValueError: ulysses shards heads over cp=2")
+    assert "num_k_heads=3 and num_v_heads=3" in messages["ulysses_heads"]
+
+
+def test_tensor_parallel_is_refused(messages) -> None:
+    assert messages["tp_group"].startswith("NotImplementedError: linear attention TP+CP is not supported yet")
+    assert messages["tp_dtensor"].startswith("NotImplementedError: parameter 'out_proj.weight' is sharded")
+
+
+def test_only_gated_deltanet_layers(messages) -> None:
+    assert messages["not_a_gdn"].startswith(
+        "TypeError: LinearAttentionContextParallel applies to a GatedDeltaNet"
+    )
+
+
+def test_uneven_sequences_are_refused(messages) -> None:
+    assert "does not split evenly over cp=2" in messages["uneven_shard_sequence"]
+    assert messages["uneven_forward"].startswith("ValueError: CP ranks hold shards of [3, 4] tokens")
+
+
+def test_device_mesh_group_and_dtensor_round_trip(messages) -> None:
+    kind, placements, err = messages["dtensor_output"].split(" ")
+    assert kind == "DTensor" and placements == "(Shard(dim=1),)"
+    assert float(err.removeprefix("err=")) < 1e-12
+
+
+def test_state_dict_under_cp_loads_without_it(messages) -> None:
+    assert messages["state_dict"] == "<All keys matched successfully>"
