@@ -33,15 +33,19 @@ def _nbytes(numel: int, t: torch.Tensor) -> int:
 
 
 def _exchange(
-    x: torch.Tensor, output_split_sizes: list[int], input_split_sizes: list[int], group: ProcessGroup | None
+    x: torch.Tensor,
+    output_split_sizes: list[int],
+    input_split_sizes: list[int],
+    group: ProcessGroup | None,
+    kind: str,
 ) -> torch.Tensor:
-    """dist.all_to_all_single along dim 0, counted. x is made contiguous; the result is a new tensor."""
+    """dist.all_to_all_single along dim 0, counted under `kind`. The result is a new tensor."""
     rank, _ = group_rank_size(group)
     x = x.contiguous()
     out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
     row = math.prod(x.shape[1:])
     comm_stats.record(
-        "all_to_all",
+        kind,
         _nbytes(row * (sum(input_split_sizes) - input_split_sizes[rank]), x),
         _nbytes(row * (sum(output_split_sizes) - output_split_sizes[rank]), x),
     )
@@ -51,15 +55,16 @@ def _exchange(
 
 class _AllToAllSingle(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, output_split_sizes, input_split_sizes, group):
+    def forward(ctx, x, output_split_sizes, input_split_sizes, group, kind):
         ctx.splits = (list(output_split_sizes), list(input_split_sizes))
-        ctx.group = group
-        return _exchange(x, list(output_split_sizes), list(input_split_sizes), group)
+        ctx.group, ctx.kind = group, kind
+        return _exchange(x, list(output_split_sizes), list(input_split_sizes), group, kind)
 
     @staticmethod
     def backward(ctx, grad):
         output_split_sizes, input_split_sizes = ctx.splits
-        return _exchange(grad, input_split_sizes, output_split_sizes, ctx.group), None, None, None
+        grad_x = _exchange(grad, input_split_sizes, output_split_sizes, ctx.group, ctx.kind)
+        return grad_x, None, None, None, None
 
 
 def all_to_all_single(
@@ -67,16 +72,18 @@ def all_to_all_single(
     output_split_sizes: Sequence[int],
     input_split_sizes: Sequence[int],
     group: ProcessGroup | None = None,
+    kind: str = "all_to_all",
 ) -> torch.Tensor:
     """Differentiable all-to-all along dim 0: rows [sum(in[:j]), sum(in[:j+1])) go to rank j, and the rows
     received from rank j land at [sum(out[:j]), sum(out[:j+1])). Sizes may differ per peer, and be zero.
 
     Args:
         x: [sum(input_split_sizes), ...]
+        kind: the name its bytes are counted under (gdn_cp.distributed.comm_stats)
     Returns:
         [sum(output_split_sizes), ...]
     """
-    return _AllToAllSingle.apply(x, list(output_split_sizes), list(input_split_sizes), group)
+    return _AllToAllSingle.apply(x, list(output_split_sizes), list(input_split_sizes), group, kind)
 
 
 def all_to_all(
@@ -174,7 +181,7 @@ def exchange_halo(
         recv_counts.append(max(0, min(hi, starts[peer] + sizes[peer]) - max(lo, starts[peer])))
     index = torch.tensor(send_index, dtype=torch.long, device=x.device)
     send = x.index_select(1, index).transpose(0, 1)  # tokens first, for the dim-0 exchange
-    return all_to_all_single(send, recv_counts, send_counts, group).transpose(0, 1)
+    return all_to_all_single(send, recv_counts, send_counts, group, kind="halo").transpose(0, 1)
 
 
 # torch 2.13 renamed all_gather_into_tensor to all_gather_single; older releases only have the former.
@@ -198,7 +205,7 @@ class _AllGather(torch.autograd.Function):
     def backward(ctx, grad):
         # Slot j of every rank's output came from rank j: send each slot home and sum what arrives.
         _, size = group_rank_size(ctx.group)
-        return _exchange(grad, [1] * size, [1] * size, ctx.group).sum(0), None
+        return _exchange(grad, [1] * size, [1] * size, ctx.group, "all_gather").sum(0), None
 
 
 def all_gather_stack(x: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:

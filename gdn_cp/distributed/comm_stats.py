@@ -6,7 +6,8 @@
 
 Every collective in gdn_cp.distributed.collectives reports through `record`, so the counts are what went over
 the wire from this rank's point of view (a rank's own share in an all-to-all or all-gather does not cross the
-wire and is not counted).
+wire and is not counted). An all-reduce is counted as its buffer size each way; what the backend actually
+moves depends on its algorithm (a ring moves 2 (n-1)/n of it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True)
 class CommStats:
-    """Bytes and calls per collective kind ("all_to_all", "all_gather", "p2p", "all_reduce")."""
+    """Bytes and calls per collective kind: "all_to_all" (Ulysses), "halo" (the Conv1D halo all-to-all-v),
+    "all_gather" (forward, and the exchange of its backward), "p2p" (send/recv), "all_reduce"."""
 
     bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     bytes_received: dict[str, int] = field(default_factory=lambda: defaultdict(int))

@@ -53,7 +53,7 @@ class ChunkIntermediates:
 
 
 def _check_chunk_size(chunk_size: int) -> None:
-    if not isinstance(chunk_size, int) or chunk_size < 1:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
 
 

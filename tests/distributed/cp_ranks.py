@@ -19,11 +19,13 @@ from gdn_cp.distributed import (
     all_reduce_gradients,
     all_to_all,
     all_to_all_single,
+    count_communication,
     exchange_halo,
     gather_sequence,
     shard_sequence,
     state_chain,
 )
+from gdn_cp.distributed.comm_model import layer_communication
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
 from gdn_cp.ops import fold_summaries
 
@@ -75,6 +77,27 @@ def layer_comparisons(cases: list[LayerCase]) -> dict[LayerCase, LayerComparison
     }
 
 
+def measured_communication(world: int) -> dict[str, tuple[dict, dict]]:
+    """Per mode and pass: (bytes counted during a real step, the analytic model) on this rank."""
+    out = {}
+    config, seq_len, batch = layer_config("bf16"), 6 * world, 2
+    for mode in modes_for(world):
+        for backward in (False, True):
+            torch.manual_seed(0)
+            layer = LinearAttentionContextParallel(mode=mode).apply(GatedDeltaNet(config))
+            x = shard_sequence(torch.randn(batch, seq_len, LAYER["hidden_size"], dtype=torch.bfloat16))
+            x.requires_grad_(True)
+            with count_communication() as stats:
+                y = layer(x)
+                if backward:
+                    y.float().pow(2).sum().backward()
+            model = layer_communication(
+                mode, config, cp=world, rank=dist.get_rank(), seq_len=seq_len, batch=batch, backward=backward
+            )
+            out[f"{mode}-{'fwd_bwd' if backward else 'fwd'}"] = (stats.as_dict(), model)
+    return out
+
+
 HYBRID_WORLDS = (2, 4)  # the hybrid model's 4 attention heads split over these
 
 
@@ -92,6 +115,7 @@ def run_world(world: int) -> dict[str, Any]:
         "all_reduce_gradients": check_all_reduce_gradients(),
         "layer": layer_comparisons(layer_cases(world)),
         "checkpoint_on_off": {m: checkpoint_on_off(m, 3 * world) for m in ("p2p", "all_gather")},
+        "communication": measured_communication(world),
     }
     if world in HYBRID_WORLDS:
         out["hybrid"] = {m: hybrid_comparison(m, 8 * world, "fp64") for m in MODES}

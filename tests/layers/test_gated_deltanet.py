@@ -1,0 +1,117 @@
+"""GatedDeltaNet against transformers' Qwen3_5GatedDeltaNet: same parameter names and shapes, state_dicts
+load both ways with strict=True, same outputs and same gradients (input and every parameter); config
+validation; the layer in bf16."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
+
+from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+
+HIDDEN = 64
+
+
+def _hf_config() -> Qwen3_5TextConfig:
+    return Qwen3_5TextConfig(
+        hidden_size=HIDDEN,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=8,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=256,
+        rms_norm_eps=1e-6,
+    )
+
+
+def _randomise(module: nn.Module, seed: int = 0) -> None:
+    """Move every parameter off its initial value (norm.weight starts at ones, dt_bias at ones), so each one
+    influences the output and its gradient is checked for real."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
+            p.add_(0.2 * noise if name in ("norm.weight", "dt_bias", "A_log") else 0.1 * noise)
+
+
+def _pair(chunk_size: int = 16) -> tuple[Qwen3_5GatedDeltaNet, GatedDeltaNet]:
+    torch.manual_seed(0)  # transformers' layer initialises A_log from the global generator
+    cfg = _hf_config()
+    ref = Qwen3_5GatedDeltaNet(cfg, layer_idx=0)
+    _randomise(ref)
+    ours = GatedDeltaNet(GatedDeltaNetConfig.from_hf_config(cfg, chunk_size=chunk_size))
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    return ref, ours
+
+
+def _hidden(B: int, T: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(B, T, HIDDEN, generator=torch.Generator().manual_seed(1)).to(dtype)
+
+
+def test_parameter_names_and_shapes_match_transformers() -> None:
+    ref, ours = _pair()
+    assert {n: p.shape for n, p in ours.named_parameters()} == {n: p.shape for n, p in ref.named_parameters()}
+    assert set(ours.state_dict()) == set(ref.state_dict())
+
+
+def test_our_state_dict_loads_into_transformers(tmp_path: Path) -> None:
+    _, ours = _pair()
+    _randomise(ours, seed=3)
+    torch.save(ours.state_dict(), tmp_path / "gdn.pt")
+    torch.manual_seed(5)
+    ref = Qwen3_5GatedDeltaNet(_hf_config(), layer_idx=0)
+    ref.load_state_dict(torch.load(tmp_path / "gdn.pt", weights_only=True), strict=True)
+    x = _hidden(1, 21)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "B, T, chunk_size",
+    [
+        pytest.param(2, 37, 16, id="B2-T37-C16"),
+        pytest.param(1, 70, 64, id="B1-T70-C64"),
+        pytest.param(1, 5, 16, id="B1-T5-C16"),
+    ],
+)
+def test_forward_and_gradients_match_transformers(B: int, T: int, chunk_size: int) -> None:
+    # fp32 on both sides: transformers computes the GDN core in fp32 even for an fp64 module.
+    ref, ours = _pair(chunk_size)
+    x = _hidden(B, T).requires_grad_()
+    r = torch.randn(B, T, HIDDEN, generator=torch.Generator().manual_seed(2))
+
+    y_ref, y = ref(x), ours(x)
+    torch.testing.assert_close(y, y_ref, atol=1e-6, rtol=1e-5)
+
+    names = [n for n, _ in ref.named_parameters()]
+    grads_ref = torch.autograd.grad((y_ref * r).sum(), (x, *ref.parameters()))
+    params = dict(ours.named_parameters())
+    grads = torch.autograd.grad((y * r).sum(), (x, *(params[n] for n in names)))
+    for name, a, b in zip(["input", *names], grads, grads_ref, strict=True):
+        scale = b.abs().max().item()
+        assert scale > 0, f"{name}: zero gradient, the comparison would be vacuous"
+        torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-4, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+def test_bf16_layer_runs_and_is_close_to_fp32() -> None:
+    _, ours = _pair()
+    ours_bf16 = GatedDeltaNet(dataclasses.replace(ours.config, dtype="bf16"))
+    ours_bf16.load_state_dict(ours.state_dict())  # copies cast to the bf16 parameters
+    assert all(p.dtype == torch.bfloat16 for p in ours_bf16.parameters())
+    x = _hidden(2, 37)
+    with torch.no_grad():
+        y = ours_bf16(x.bfloat16())
+        y_ref = ours(x)
+    assert y.dtype == torch.bfloat16 and y.shape == y_ref.shape
+    err = (y.double() - y_ref.double()).abs().max() / y_ref.abs().max()
+    assert err <= 5e-2, f"bf16 layer off by {err:.3g} of the output scale"

@@ -1,0 +1,148 @@
+"""Input builders and measuring tools shared by the tests of gdn_cp.ops (shapes: see gdn_cp.ops)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Sizes of one GDN problem; `id` is the readable pytest id, e.g. B1-T64-Hk2-Hv4-K16-V8."""
+
+    B: int
+    T: int
+    Hk: int
+    Hv: int
+    K: int
+    V: int
+
+    @property
+    def id(self) -> str:
+        return f"B{self.B}-T{self.T}-Hk{self.Hk}-Hv{self.Hv}-K{self.K}-V{self.V}"
+
+    @property
+    def state(self) -> tuple[int, int, int, int]:
+        return (self.B, self.Hv, self.K, self.V)
+
+
+class GDNInputs(NamedTuple):
+    """(q, k, v, g, beta) in the argument order of every op; `*inputs` passes them positionally."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor
+    beta: torch.Tensor
+
+    def to(self, dtype: torch.dtype) -> GDNInputs:
+        return GDNInputs(*(x.detach().to(dtype) for x in self))
+
+    def requires_grad_(self) -> GDNInputs:
+        for x in self:
+            x.requires_grad_()
+        return self
+
+    def slice(self, start: int, stop: int) -> GDNInputs:
+        """Tokens [start, stop) of the sequence."""
+        return GDNInputs(*(x[:, start:stop] for x in self))
+
+
+def gdn_inputs(
+    shape: Shape,
+    *,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    unit_qk: bool = False,
+    requires_grad: bool = False,
+) -> GDNInputs:
+    """Realistic inputs: g = logsigmoid(randn) <= 0, beta = sigmoid(randn) in (0, 1).
+
+    unit_qk: L2-normalise q and k here, as a caller of an op with use_qk_l2norm_in_kernel=False does;
+    raw randn keys with beta |k|^2 >> 2 make the delta rule diverge exponentially.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    s = shape
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=gen, dtype=torch.float64)
+
+    q, k = randn(s.B, s.T, s.Hk, s.K), randn(s.B, s.T, s.Hk, s.K)
+    if unit_qk:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    v = randn(s.B, s.T, s.Hv, s.V)
+    g = F.logsigmoid(randn(s.B, s.T, s.Hv))
+    beta = torch.sigmoid(randn(s.B, s.T, s.Hv))
+    inputs = GDNInputs(q, k, v, g, beta).to(dtype)
+    return inputs.requires_grad_() if requires_grad else inputs
+
+
+def random_state(shape: Shape, *, dtype: torch.dtype = torch.float64, seed: int = 1) -> torch.Tensor:
+    """A random recurrent state [B, Hv, K, V], of the size a real state reaches (entries ~ 0.5)."""
+    gen = torch.Generator().manual_seed(seed)
+    return (0.5 * torch.randn(*shape.state, generator=gen, dtype=torch.float64)).to(dtype)
+
+
+def relative_max_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |actual - expected| / max |expected|: a scale-aware error for low-precision outputs."""
+    expected = expected.double()
+    scale = expected.abs().max().clamp_min(1e-30)
+    return ((actual.double() - expected).abs().max() / scale).item()
+
+
+@contextmanager
+def saved_tensor_bytes() -> Iterator[list[int]]:
+    """Sum of the bytes of every tensor autograd saves for backward inside the block (in `[0]`).
+
+    Tensors saved twice count twice: this measures what the graph holds on to, deterministically.
+    """
+    total = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield total
+
+
+class _ElementsWritten(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.elements += sum(t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        return out
+
+
+def backward_elements_written(loss: torch.Tensor) -> int:
+    """Total elements of all tensors produced by the aten ops that `loss.backward()` runs.
+
+    A deterministic measure of backward work: per-chunk index writes into a whole-sequence tensor
+    (CopySlices) make every chunk's backward clone the full gradient, which shows up here as
+    quadratic growth in T, while it stays invisible to node counts and saved bytes.
+    """
+    mode = _ElementsWritten()
+    with mode:
+        loss.backward()
+    return mode.elements
+
+
+def weighted_sum(*tensors: torch.Tensor | None, seed: int = 7) -> torch.Tensor:
+    """sum_i <t_i, r_i> with fixed random r_i: a loss whose gradient differs for every output entry."""
+    gen = torch.Generator().manual_seed(seed)
+    loss = torch.zeros((), dtype=torch.float64)
+    for t in tensors:
+        if t is not None:
+            r = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+            loss = loss + (t.double() * r).sum()
+    return loss

@@ -1,0 +1,106 @@
+"""causal_conv1d: equals torch's depthwise nn.Conv1d (+ SiLU) on the full sequence, and a sequence cut into
+shards, each given the pre-convolution tokens before it as `halo`, reproduces the full output."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gdn_cp.ops import causal_conv1d
+
+B, T, D, W = 2, 23, 6, 4
+
+
+def _inputs(dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, nn.Conv1d]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(B, T, D, generator=gen, dtype=torch.float64).to(dtype)
+    conv = nn.Conv1d(D, D, kernel_size=W, groups=D, padding=W - 1, bias=False, dtype=dtype)
+    with torch.no_grad():
+        conv.weight.copy_(torch.randn(D, 1, W, generator=gen, dtype=torch.float64))
+    return x, conv
+
+
+def _torch_reference(x: torch.Tensor, conv: nn.Conv1d, activation: str | None) -> torch.Tensor:
+    out = conv(x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
+    return F.silu(out) if activation == "silu" else out
+
+
+@pytest.mark.parametrize("activation", ["silu", None], ids=["silu", "no_activation"])
+@pytest.mark.parametrize("weight_layout", ["D1W", "DW"])
+def test_matches_torch_conv1d(activation: str | None, weight_layout: str) -> None:
+    x, conv = _inputs()
+    weight = conv.weight if weight_layout == "D1W" else conv.weight.squeeze(1)
+    out = causal_conv1d(x, weight, activation=activation)
+    torch.testing.assert_close(out, _torch_reference(x, conv, activation), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        pytest.param([0, 8, 16, 23], id="three_shards"),
+        pytest.param([0, 2, 9, 23], id="first_shard_shorter_than_halo"),
+        pytest.param(list(range(T + 1)), id="one_token_shards"),
+        pytest.param([0, 1, 2, 5, 6, 23], id="mixed"),
+    ],
+)
+def test_shards_with_halo_reproduce_full_output(bounds: list[int]) -> None:
+    x, conv = _inputs()
+    full = causal_conv1d(x, conv.weight)
+    pieces = []
+    for start, stop in pairwise(bounds):
+        # The W-1 tokens before the shard, fewer near the start of the sequence; they may span several
+        # earlier shards when shards are shorter than the halo.
+        halo = x[:, max(0, start - (W - 1)) : start]
+        pieces.append(causal_conv1d(x[:, start:stop], conv.weight, halo=halo))
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-12, rtol=1e-12)
+
+
+def test_halo_carries_gradients() -> None:
+    """In CP the halo arrives through a differentiable collective: its gradient must reach the tokens it
+    came from, so sharded gradients of x and the weight sum to the full-sequence ones."""
+    x, conv = _inputs()
+    x.requires_grad_()
+    r = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want = torch.autograd.grad((causal_conv1d(x, conv.weight) * r).sum(), (x, conv.weight))
+    bounds = [0, 2, 9, 23]
+    loss = sum(
+        (causal_conv1d(x[:, a:b], conv.weight, halo=x[:, max(0, a - W + 1) : a]) * r[:, a:b]).sum()
+        for a, b in pairwise(bounds)
+    )
+    got = torch.autograd.grad(loss, (x, conv.weight))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
+def test_empty_halo_equals_no_halo() -> None:
+    x, conv = _inputs()
+    assert torch.equal(causal_conv1d(x, conv.weight, halo=x[:, :0]), causal_conv1d(x, conv.weight))
+
+
+def test_bf16_output_dtype_and_accuracy() -> None:
+    x, conv = _inputs()
+    out = causal_conv1d(x.bfloat16(), conv.weight.bfloat16())
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), _torch_reference(x, conv, "silu"), atol=5e-2, rtol=2e-2)
+
+
+def test_rejects_halo_longer_than_kernel() -> None:
+    x, conv = _inputs()
+    with pytest.raises(ValueError, match="halo"):
+        causal_conv1d(x, conv.weight, halo=torch.zeros(B, W, D, dtype=x.dtype))
+
+
+def test_rejects_wrong_channel_count() -> None:
+    x, conv = _inputs()
+    with pytest.raises(ValueError, match="channels"):
+        causal_conv1d(x[..., : D - 1], conv.weight)
+
+
+def test_rejects_unknown_activation() -> None:
+    x, conv = _inputs()
+    with pytest.raises(ValueError, match="activation"):
+        causal_conv1d(x, conv.weight, activation="gelu")
