@@ -1,4 +1,5 @@
-"""bench: sweeps, timing, memory, accuracy checks, comparisons and reports for gdn_cp's context parallelism."""
+"""bench: sweeps, timing, memory, accuracy checks, comparisons and reports for gdn_cp's context
+parallelism."""
 
 from gdn_cp import __version__
 

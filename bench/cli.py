@@ -7,6 +7,9 @@ import sys
 
 from bench import __version__
 from bench.commands import COMMANDS
+from bench.console import print_error
+from bench.errors import UserError
+from gdn_cp.distributed import PlatformError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,12 +27,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; a user error (UserError, or a device that cannot be used) is one red line, exit 1."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_main", None) is None:
         parser.print_help()
         return 0 if args.command is None else 1
-    return int(args._main(args) or 0)
+    try:
+        return int(args._main(args) or 0)
+    except (UserError, PlatformError) as exc:
+        print_error(str(exc))
+        return 1
 
 
 if __name__ == "__main__":

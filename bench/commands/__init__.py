@@ -8,4 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-COMMANDS: list[ModuleType] = []
+from bench.commands import list as list_command
+from bench.commands import run, show
+
+COMMANDS: list[ModuleType] = [list_command, run, show]

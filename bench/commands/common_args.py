@@ -1,0 +1,46 @@
+"""Flags shared by several commands, defined once so that they read the same everywhere."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="suite file (default: ./bench.yaml, else built-in defaults)",
+    )
+
+
+def add_scenarios(parser: argparse.ArgumentParser, help: str) -> None:
+    """Positional scenario names or paths, --set and --filter."""
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=help)
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite or scenario key, value in YAML (e.g. --set repeat=3 --set 'cp=[1,2]'); "
+        "repeatable",
+    )
+    parser.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="keep cases matching comma-separated field=pattern terms (e.g. mode=p2p,cp=2) or a case-id "
+        "wildcard (e.g. '*cp4*'); repeat the flag for OR",
+    )
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default=None,
+        metavar="{auto,cpu,cuda,npu}",
+        help="run on this device (overrides bench.yaml and the scenario; the same as --set device=...)",
+    )

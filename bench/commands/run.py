@@ -1,0 +1,286 @@
+"""`bench run [SCENARIO ...]`: time every case of the scenarios on its ranks and write one result file.
+
+Each case is one launch of `cp` local ranks (bench.launcher); under torchrun, the job's ranks run the cases
+whose cp is the job's world size. Results are written after every case (bench.store), so an interrupted run
+keeps what finished and `--resume FILE` continues it. Exit code: 0 when every case ran, 2 when some failed,
+1 for a user error (bad scenario, flag or file), 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench import worker
+from bench.commands import common_args, show
+from bench.config import Case
+from bench.console import console as default_console
+from bench.console import print_warning
+from bench.env import collect_environment
+from bench.errors import UserError
+from bench.filters import parse_filters
+from bench.launcher import (
+    MAX_RANKS_PER_CORE,
+    LocalLauncher,
+    RankFn,
+    TorchrunEnv,
+    TorchrunLauncher,
+    oversubscription_warning,
+    torchrun_env,
+)
+from bench.loader import ConfigError, Override, Suite, check_cases, display, load_suite, parse_overrides
+from bench.selection import Selection, select
+from bench.store import CaseResult, ResultWriter, RunResult, result_filename
+from bench.sweep import run_cases
+from bench.tables import format_mib, format_ms
+from gdn_cp.distributed import Platform, resolve_platform
+
+NAME = "run"
+HELP = "Run scenarios: time each case on its ranks (rank-max), measure peak memory, write a result file."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common_args.add_scenarios(parser, "scenario names or .yaml paths (none: the suite's default_scenario)")
+    common_args.add_device(parser)
+    parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="result file (default: results/<date>-<branch>-<commit>-<scenarios>.json)",
+    )
+    parser.add_argument(
+        "--resume", metavar="FILE", help="continue the run in FILE: skip its ok cases, append the rest to it"
+    )
+    common_args.add_config(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(
+        args.scenarios,
+        sets=args.sets,
+        filters=args.filters,
+        device=args.device,
+        output=args.output,
+        resume=args.resume,
+        config=args.config,
+    )
+
+
+def _device(suite_device: str, selections: Sequence[Selection]) -> str:
+    """The one device of the run: each scenario's own, else the suite's (--device has set both)."""
+    devices = {s.scenario.name: s.scenario.device or suite_device for s in selections}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} ({d})" for name, d in devices.items())
+        raise ConfigError(f"scenarios {listed} name different devices; run them separately, or pass --device")
+    return next(iter(devices.values()))
+
+
+def _open_resumed(path: str, selections: Sequence[Selection], device_type: str) -> ResultWriter:
+    writer = ResultWriter.resume(path)
+    stored = writer.run
+    fresh = "or start a new run without --resume"
+    if stored.environment.device_type != device_type:
+        raise UserError(
+            f"{path}: was run on {stored.environment.device_type}, this run is on {device_type}; "
+            f"resume on the same device (--device), {fresh}"
+        )
+    for sel in selections:
+        definition = sel.scenario.to_dict()
+        before = stored.scenarios.get(sel.scenario.name)
+        if before is not None and before != definition:
+            changed = sorted(
+                k for k in definition.keys() | before.keys() if definition.get(k) != before.get(k)
+            )
+            raise UserError(
+                f"{path}: scenario {sel.scenario.name} differs from the one this file ran "
+                f"({', '.join(changed)}); resume with the same scenario file and --set flags, {fresh}"
+            )
+        stored.scenarios[sel.scenario.name] = definition
+    return writer
+
+
+def _case_line(result: CaseResult) -> str:
+    case_id = escape(result.case.case_id)
+    if result.status == "ok" and result.timing is not None:
+        t = result.timing
+        spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
+        return (
+            f"[green]ok[/]      {case_id:<36} {format_ms(t):>14}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
+            f"peak {format_mib(result.memory)}  [dim]{result.wall_s:.1f} s[/]"
+        )
+    first_line = (result.error or "").strip().splitlines()[0] if result.error else ""
+    style = "red" if result.status == "failed" else "yellow"
+    return f"[{style}]{result.status:<7}[/] {case_id:<36} {escape(first_line)}"
+
+
+def run(
+    scenarios: Sequence[str] = (),
+    *,
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    device: str | None = None,
+    output: str | None = None,
+    resume: str | None = None,
+    config: str | None = None,
+    rank_fn: RankFn = worker.run_case,
+    console: Console | None = None,
+) -> int:
+    """Run the scenarios' cases and write their results; returns the exit code (see the module docstring).
+
+    Args:
+        scenarios: names in the suite's scenarios folder or .yaml paths; none: the suite's default_scenario
+        sets: `key=value` overrides (values as YAML) of suite or scenario keys
+        filters: --filter expressions (bench.filters)
+        device: auto, cpu, cuda or npu; overrides the suite and the scenarios
+        output: result file; default results/<date>-<branch>-<commit>-<scenarios>.json
+        resume: an earlier result file: its ok cases are skipped, the others run and are written to it
+        config: bench.yaml path; default ./bench.yaml
+        rank_fn: what each rank runs (bench.worker.run_case); a test hook to inject failures
+    """
+    console = console or default_console
+    if output and resume:
+        raise UserError(
+            "--output and --resume given together; --resume FILE writes to FILE, so drop --output"
+        )
+    overrides = parse_overrides(sets)
+    if device is not None:
+        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    suite = load_suite(config, overrides)
+    selections = select(suite, scenarios, overrides, parse_filters(filters))
+    cases: list[Case] = [c for s in selections for c in s.cases]
+    names = [s.scenario.name for s in selections]
+    if not cases:
+        total = sum(s.total for s in selections)
+        raise UserError(
+            f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
+            f"see `bench list {' '.join(names)}` for their fields"
+        )
+    platform = resolve_platform(_device(suite.config.device, selections))
+    job = torchrun_env()
+    launcher = _launcher(platform, job, suite, rank_fn)
+    for sel in selections:
+        check_cases(
+            sel.path,
+            sel.scenario,
+            sel.cases,
+            platform=platform,
+            ranks_on_host=launcher.ranks_on_host,
+            max_local_ranks=_max_local_ranks(platform, job),
+            overrides=overrides,
+        )
+
+    leader = job is None or job.rank == 0  # under torchrun only rank 0 prints and writes
+    if not leader:
+        console = Console(quiet=True)
+    if resume:
+        opened = _open_resumed(resume, selections, platform.device_type)  # every rank reads it: same skips
+        done = opened.run.ok_keys()
+        writer = opened if leader else None
+        console.print(f"resuming {escape(resume)}: {len(done)} cases done")
+    else:
+        done = set()
+        writer = _new_writer(output, suite, selections, platform, job) if leader else None
+    todo = [c for c in cases if c.key() not in done]
+    if leader:
+        _warn_oversubscription(todo, launcher)
+    try:
+        results = _run_with_progress(todo, launcher, writer, console)
+    except KeyboardInterrupt:
+        if writer is not None:
+            console.print(
+                f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
+                f"continue with `bench run {' '.join(names)} --resume {escape(display(writer.path))}`"
+            )
+        return 130
+    if writer is not None:
+        console.print()
+        show.render(writer.run, console)
+        console.print(f"results: {escape(display(writer.path))}")
+    return 2 if any(r.status == "failed" for r in results) else 0
+
+
+def _launcher(
+    platform: Platform, job: TorchrunEnv | None, suite: Suite, rank_fn: RankFn
+) -> LocalLauncher | TorchrunLauncher:
+    settings = {"threads_per_rank": suite.config.threads_per_rank, "timeout_s": suite.config.timeout_s}
+    if job is None:
+        return LocalLauncher(platform, rank_fn=rank_fn, **settings)
+    return TorchrunLauncher(platform, job, rank_fn=rank_fn, **settings)
+
+
+def _max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
+    """Local cpu launches: MAX_RANKS_PER_CORE per core; accelerators: unchecked (no device count yet)."""
+    if job is None and platform.device_type == "cpu":
+        return MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
+    return None
+
+
+def _new_writer(
+    output: str | None,
+    suite: Suite,
+    selections: Sequence[Selection],
+    platform: Platform,
+    job: TorchrunEnv | None,
+) -> ResultWriter:
+    env = collect_environment(
+        platform,
+        threads_per_rank=suite.config.threads_per_rank,
+        world_sizes=[c.cp for s in selections for c in s.cases],
+        launcher="local" if job is None else "torchrun",
+    )
+    name = "+".join(s.scenario.name for s in selections)
+    if output:
+        path = Path(output)
+    else:
+        now = datetime.datetime.now()
+        path = suite.results_dir / result_filename(now, env.git_branch, env.git_commit, name)
+    run = RunResult(
+        name=name,
+        environment=env,
+        suite=suite.config.to_dict(),
+        scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
+    )
+    return ResultWriter(path, run)
+
+
+def _warn_oversubscription(cases: Sequence[Case], launcher: LocalLauncher | TorchrunLauncher) -> None:
+    """One warning per CP degree whose ranks' threads exceed the cores."""
+    for cp in sorted({c.cp for c in cases}):
+        case = next(c for c in cases if c.cp == cp)
+        warning = oversubscription_warning(launcher.ranks_on_host(case), launcher.threads_for(case))
+        if warning:
+            print_warning(f"cp={cp}: {warning}")
+
+
+def _run_with_progress(
+    cases: Sequence[Case],
+    launcher: LocalLauncher | TorchrunLauncher,
+    writer: ResultWriter | None,
+    console: Console,
+) -> list[CaseResult]:
+    """Run the cases under a progress bar, one status line per finished case."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    task = progress.add_task("", total=len(cases))
+    group = launcher.group() if isinstance(launcher, TorchrunLauncher) else contextlib.nullcontext()
+    with group, progress:
+        return run_cases(
+            cases,
+            launcher,
+            writer,
+            on_start=lambda c: progress.update(task, description=escape(c.key())),
+            on_done=lambda r: (progress.console.print(_case_line(r)), progress.advance(task)),
+        )

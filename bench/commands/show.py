@@ -1,0 +1,106 @@
+"""`bench show RESULT`: a result file as the seed's tables (mode | forward median | forward+backward median |
+peak allocated, per CP degree and sequence length), then the cases that failed or were skipped, with why."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bench.console import console as default_console
+from bench.store import RunResult, load_result
+from bench.tables import (
+    format_checkpoint,
+    format_mib,
+    format_ms,
+    format_tokens,
+    not_measured,
+    seed_tables,
+)
+
+NAME = "show"
+HELP = "Show a result file as tables shaped like the seed's (per CP degree and sequence length)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result", metavar="RESULT", help="a result file written by `bench run`")
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(args.result)
+
+
+def _header(run: RunResult) -> str:
+    e = run.environment
+    commit = e.git_commit[:8] + (" (dirty)" if e.git_dirty else "")
+    npu = f", torch-npu {e.torch_npu_version}" if e.torch_npu_version else ""
+    threads = sorted({c.threads_per_rank for c in run.cases if c.threads_per_rank is not None})
+    configured = "" if e.threads_per_rank is None else " (configured)"
+    used = "/".join(map(str, threads)) + configured if threads else "-"
+    return (
+        f"[bold]{escape(run.name)}[/]  {escape(run.created_at)}  {escape(e.git_branch)} @ {escape(commit)}\n"
+        f"{escape(e.device_type)} ({escape(e.device_name)}, {escape(e.backend)}) on {escape(e.hostname)}: "
+        f"{escape(e.cpu_model)}, {e.cpu_count} cores; threads per rank {used}; launcher {e.launcher}; "
+        f"torch {escape(e.torch_version)}{escape(npu)}, python {e.python_version}"
+    )
+
+
+def render(run: RunResult, console: Console) -> None:
+    """Print the header, the seed-shaped tables and the not-measured cases."""
+    console.print(_header(run))
+    meters = sorted({c.memory.meter for c in run.cases if c.memory is not None})
+    noisy = any(c.timing is not None and c.timing.noisy for c in run.cases)
+    for table in seed_tables(run):
+        scenario = run.scenarios.get(table.scenario, {})
+        dims = (
+            f"hidden {scenario.get('hidden_size')}, K/V heads {scenario.get('num_k_heads')}/"
+            f"{scenario.get('num_v_heads')}, head dims {scenario.get('head_k_dim')}/"
+            f"{scenario.get('head_v_dim')}, "
+            f"{scenario.get('dtype')}, batch {scenario.get('batch')}"
+            if scenario
+            else ""
+        )
+        t = Table(title=f"{escape(table.scenario)}: CP{table.cp}  ({escape(dims)})", title_justify="left")
+        t.add_column("global seq", justify="right")
+        t.add_column("mode")
+        if table.shows_checkpoint:
+            t.add_column("summary ckpt")
+        t.add_column("forward median", justify="right")
+        t.add_column("forward+backward median", justify="right")
+        t.add_column("peak allocated", justify="right")
+        for row in table.rows:
+            cells = [format_tokens(row.seq_len), row.mode]
+            if table.shows_checkpoint:
+                cells.append(format_checkpoint(row.checkpoint))
+            peak = format_mib(row.memory) + (" (fwd)" if row.memory_pass == "forward" else "")
+            cells += [format_ms(row.forward), format_ms(row.forward_backward), peak]
+            t.add_row(*cells)
+        console.print(t)
+    notes = ["medians over repeats of the rank-max elapsed time"]
+    if noisy:
+        notes.append("* noisy: IQR/median > 10%")
+    if meters:
+        notes.append(
+            "peak allocated: rank-max of one forward+backward pass ((fwd): forward only), parameters and "
+            f"input included; meter {', '.join(meters)}"
+        )
+    for note in notes:
+        console.print(note, style="dim")
+    missing = not_measured(run)
+    if missing:
+        t = Table(title="not measured", title_justify="left")
+        t.add_column("case")
+        t.add_column("status")
+        t.add_column("reason", overflow="fold")
+        for r in missing:
+            style = "red" if r.status == "failed" else "yellow"
+            t.add_row(escape(r.key), f"[{style}]{r.status}[/]", escape(r.error or ""))
+        console.print(t)
+
+
+def run(result: str, *, console: Console | None = None) -> int:
+    """Print `result`; UserError if it cannot be read."""
+    render(load_result(result), console or default_console)
+    return 0

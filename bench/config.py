@@ -1,0 +1,405 @@
+"""The suite (bench.yaml) and scenarios (scenarios/*.yaml) as dataclasses, and their expansion into cases.
+
+A scenario is a model (dims, dtype, batch) plus sweep lists. The sweep lists are written at the top level of
+the file and, optionally, as a list of `sweeps`, each of which overrides some of them (for example a strong-
+scaling sweep over seq_len and a weak-scaling sweep over local_seq_len in one file). Every combination of
+the lists is one `Case`: one launch of `cp` ranks that times one pass of one mode.
+
+Each dataclass checks its own fields in `__post_init__` (types from the annotations, then ranges) and raises
+`FieldError("key", "problem; fix")`; bench.loader adds the file and line. YAML keys are the field names,
+except that a trailing underscore (`pass_`, a Python keyword) is dropped: the YAML key is `pass`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+from bench.errors import FieldError
+from gdn_cp import GatedDeltaNetConfig
+from gdn_cp.dtypes import DTYPES, to_dtype
+
+Mode = Literal["ulysses", "p2p", "all_gather"]
+"""CP modes of gdn_cp.LinearAttentionContextParallel (gdn_cp.distributed.MODES; a test keeps them equal)."""
+Pass = Literal["forward", "forward_backward"]
+"""forward: the training forward (autograd on, no backward); forward_backward: forward then backward."""
+Device = Literal["auto", "cpu", "cuda", "npu"]
+"""Where ranks run (gdn_cp.distributed.DEVICES); auto picks npu, then cuda, then cpu."""
+
+PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd"}
+"""How a pass is spelled in case ids."""
+
+MODEL_KEYS: tuple[str, ...] = (
+    "hidden_size",
+    "num_k_heads",
+    "num_v_heads",
+    "head_k_dim",
+    "head_v_dim",
+    "conv_kernel_size",
+    "chunk_size",
+)
+"""Scenario fields that are GatedDeltaNetConfig fields of the same name."""
+
+
+def yaml_key(field_name: str) -> str:
+    """The YAML spelling of a field: `pass_` -> `pass`."""
+    return field_name.rstrip("_")
+
+
+def yaml_keys(cls: type) -> dict[str, str]:
+    """YAML key -> field name, for the fields of a config dataclass."""
+    return {yaml_key(f.name): f.name for f in dataclasses.fields(cls)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Type checking from annotations: one place, so every config reports a wrong type the same way.
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _describe(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in get_args(hint))
+    if origin is list:
+        return f"a list of {_describe(get_args(hint)[0])}"
+    if origin in (typing.Union, types.UnionType):
+        parts = [_describe(a) for a in get_args(hint) if a is not type(None)]
+        return " or ".join([*parts, "null"])
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+def _check_value(key: str, hint: Any, value: Any, expected: str | None = None) -> Any:
+    """`value` if it matches `hint` (ints are accepted for floats), else FieldError naming key and fix.
+
+    `expected` describes the declared type when `hint` is the inner type of an optional one."""
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check_value(key, inner, value, _describe(hint))
+    if origin is Literal:
+        choices = get_args(hint)
+        if not isinstance(value, str) or value not in choices:
+            raise FieldError(key, f"unknown {key} {value!r}; use one of {', '.join(choices)}")
+        return value
+    if origin is list:
+        (item,) = get_args(hint)
+        if not isinstance(value, list):
+            raise FieldError(
+                key, f"expected a list, got {value!r}; write a YAML list such as {key}: [{value}]"
+            )
+        return [_check_value(key, item, v) for v in value]
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(hint)
+    if ok is None:
+        return value  # nested dataclasses are built and checked by their own __post_init__
+    if not ok:
+        raise FieldError(
+            key,
+            f"expected {expected or _describe(hint)}, got {value!r} ({type(value).__name__}); fix the value",
+        )
+    return float(value) if hint is float else value
+
+
+def check_fields(obj: Any) -> None:
+    """Check every field of a config dataclass against its annotation (converting int -> float)."""
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = _check_value(yaml_key(f.name), hints[f.name], getattr(obj, f.name))
+        object.__setattr__(obj, f.name, value)
+
+
+def _require_positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        values = value if isinstance(value, list) else [value]
+        bad = [v for v in values if v is not None and v <= 0]
+        if bad:
+            raise FieldError(yaml_key(name), f"must be positive, got {bad[0]!r}; use an integer >= 1")
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class SuiteConfig:
+    """Suite defaults, from bench.yaml. Scenario values (warmup, repeat, device) override these."""
+
+    device: Device = "auto"
+    """Where ranks run: auto (npu, then cuda, then cpu), cpu (gloo), cuda (nccl), npu (hccl)."""
+    warmup: int = 3
+    """Untimed passes before timing, per case."""
+    repeat: int = 10
+    """Timed passes per case; the reported time is the median over repeats of the rank-max."""
+    threads_per_rank: int | None = None
+    """torch threads per rank; null: cores // ranks (at least 1)."""
+    timeout_s: float = 600.0
+    """Collective timeout per case, in seconds: a rank stuck longer than this fails the case."""
+    results_dir: str = "results"
+    """Where `bench run` writes result files (relative to bench.yaml)."""
+    plots_dir: str = "plots"
+    """Where `bench plot` writes charts (relative to bench.yaml)."""
+    scenarios_dir: str = "scenarios"
+    """Where scenario names are looked up (relative to bench.yaml)."""
+    default_scenario: str = "cpu-smoke"
+    """The scenario `bench run` runs when none is named."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.warmup < 0:
+            raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
+        _require_positive(self, "repeat", "threads_per_rank")
+        if self.timeout_s <= 0:
+            raise FieldError("timeout_s", f"must be > 0 seconds, got {self.timeout_s}; e.g. timeout_s: 600")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(kw_only=True, slots=True)
+class Sweep:
+    """Lists to sweep; every combination is a case. Unset (null) fields come from the scenario's top level."""
+
+    cp: list[int] | None = None
+    """CP degrees (ranks per case)."""
+    seq_len: list[int] | None = None
+    """Global sequence lengths (strong scaling: the work is fixed, ranks share it). Excludes local_seq_len."""
+    local_seq_len: list[int] | None = None
+    """Tokens per rank (weak scaling: the global sequence is local_seq_len * cp). Excludes seq_len."""
+    mode: list[Mode] | None = None
+    """CP modes; default: all of ulysses, p2p, all_gather."""
+    checkpoint: list[bool] | None = None
+    """Summary checkpoint on/off (p2p and all_gather only; ulysses runs once); default [true]."""
+    pass_: list[Pass] | None = None
+    """Passes to time (YAML key `pass`); default [forward, forward_backward]."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) == []:
+                raise FieldError(
+                    yaml_key(f.name), "the list is empty; give at least one value or remove the key"
+                )
+        _require_positive(self, "cp", "seq_len", "local_seq_len")
+        if self.seq_len is not None and self.local_seq_len is not None:
+            raise FieldError(
+                "local_seq_len",
+                "set seq_len (global tokens; strong scaling) or local_seq_len (tokens per rank; weak "
+                "scaling), not both; remove one",
+            )
+
+    def over(self, base: Sweep) -> Sweep:
+        """This sweep with its unset fields taken from `base`. seq_len and local_seq_len go together: a
+        sweep that sets either replaces both of the base's."""
+        merged = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, value in merged.items():
+            if value is None and not (name in ("seq_len", "local_seq_len") and self._sets_length()):
+                merged[name] = getattr(base, name)
+        return Sweep(**merged)
+
+    def _sets_length(self) -> bool:
+        return self.seq_len is not None or self.local_seq_len is not None
+
+
+DEFAULT_SWEEP = Sweep(mode=list(get_args(Mode)), checkpoint=[True], pass_=list(get_args(Pass)))
+"""What a scenario sweeps when it does not say: every mode, checkpoint on, both passes."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Scenario:
+    """One scenario file: a model and the lists to sweep over it."""
+
+    name: str
+    """The file name without .yaml (not a YAML key)."""
+    description: str = ""
+    """One line: what the scenario measures and why."""
+    device: Device | None = None
+    """Where it runs; null: the suite's device. `bench run --device` overrides both."""
+    hidden_size: int
+    """Model width."""
+    num_k_heads: int
+    """Query/key heads (Hk)."""
+    num_v_heads: int
+    """Value heads (Hv), a multiple of num_k_heads."""
+    head_k_dim: int
+    """Query/key head dim (K)."""
+    head_v_dim: int
+    """Value head dim (V)."""
+    conv_kernel_size: int = 4
+    """Depthwise causal Conv1D width."""
+    chunk_size: int = 64
+    """Chunk size of the chunked GDN."""
+    dtype: str = "fp32"
+    """Parameter and activation dtype: fp32, bf16, fp16, fp64 (or their long names)."""
+    batch: int = 1
+    """Sequences per step (B)."""
+    seed: int = 0
+    """Seed of the weights, the input and the output gradient (identical on every rank)."""
+    warmup: int | None = None
+    """Untimed passes per case; null: the suite's."""
+    repeat: int | None = None
+    """Timed passes per case; null: the suite's."""
+    sweep: Sweep = field(default_factory=Sweep)
+    """The top-level sweep lists (cp, seq_len or local_seq_len, mode, checkpoint, pass)."""
+    sweeps: list[Sweep] = field(default_factory=list)
+    """Optional sub-sweeps; each overrides some top-level lists. None: the top level is the one sweep."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _require_positive(self, *MODEL_KEYS, "batch", "repeat")
+        if self.warmup is not None and self.warmup < 0:
+            raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
+        if self.num_v_heads % self.num_k_heads:
+            raise FieldError(
+                "num_v_heads",
+                f"{self.num_v_heads} is not a multiple of num_k_heads ({self.num_k_heads}); each key head "
+                "serves num_v_heads // num_k_heads value heads, so choose a multiple",
+            )
+        if not isinstance(self.dtype, str) or self.dtype.lower() not in DTYPES:
+            raise FieldError("dtype", f"unknown dtype {self.dtype!r}; use one of {', '.join(sorted(DTYPES))}")
+        for sweep in self.effective_sweeps():
+            if sweep.cp is None:
+                raise FieldError("cp", "no CP degrees to sweep; add a list such as cp: [1, 2]")
+            if sweep.seq_len is None and sweep.local_seq_len is None:
+                raise FieldError(
+                    "seq_len",
+                    "no sequence lengths to sweep; add seq_len: [...] (global tokens; strong scaling) or "
+                    "local_seq_len: [...] (tokens per rank; weak scaling)",
+                )
+
+    def effective_sweeps(self) -> list[Sweep]:
+        """Each sweep with the top level and the defaults filled in."""
+        top = self.sweep.over(DEFAULT_SWEEP)
+        return [s.over(top) for s in self.sweeps] if self.sweeps else [top]
+
+    def layer_config(self) -> GatedDeltaNetConfig:
+        return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(self.dtype))
+
+    def cases(self, *, warmup: int, repeat: int) -> list[Case]:
+        """Every combination of every sweep, duplicates removed (first occurrence kept), in sweep order.
+
+        `warmup`/`repeat` are the suite's; the scenario's own values win. Checkpoint only matters for p2p
+        and all_gather: ulysses gets one case with checkpoint None whatever the list says.
+        """
+        common = {k: getattr(self, k) for k in MODEL_KEYS}
+        common.update(
+            scenario=self.name,
+            dtype=self.dtype,
+            batch=self.batch,
+            seed=self.seed,
+            warmup=warmup if self.warmup is None else self.warmup,
+            repeat=repeat if self.repeat is None else self.repeat,
+        )
+        out: dict[str, Case] = {}
+        for sweep in self.effective_sweeps():
+            assert sweep.cp and sweep.mode and sweep.checkpoint and sweep.pass_  # filled by __post_init__
+            for cp in sweep.cp:
+                lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or ()]
+                for seq_len in lengths:
+                    for mode in sweep.mode:
+                        for ckpt in [None] if mode == "ulysses" else sweep.checkpoint:
+                            for pass_ in sweep.pass_:
+                                case = Case(
+                                    mode=mode, checkpoint=ckpt, cp=cp, seq_len=seq_len, pass_=pass_, **common
+                                )
+                                out.setdefault(case.case_id, case)
+        return list(out.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as YAML keys (its definition, stored with results so that runs can be compared)."""
+        out = {yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sweep"}
+        out.update({yaml_key(k): v for k, v in dataclasses.asdict(self.sweep).items() if v is not None})
+        out["sweeps"] = [
+            {yaml_key(k): v for k, v in dataclasses.asdict(s).items() if v is not None} for s in self.sweeps
+        ]
+        return out
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Case:
+    """One point of a sweep: `cp` ranks time `pass_` of `mode` on a global sequence of `seq_len` tokens."""
+
+    scenario: str
+    """Name of the scenario it came from."""
+    mode: Mode
+    """CP mode."""
+    checkpoint: bool | None
+    """Summary checkpoint (p2p, all_gather); None for ulysses, which has no summary."""
+    cp: int
+    """CP degree: ranks."""
+    seq_len: int
+    """Global sequence length; each rank holds seq_len // cp tokens."""
+    pass_: Pass
+    """The timed pass (JSON key `pass`)."""
+    hidden_size: int
+    """Model width."""
+    num_k_heads: int
+    """Hk."""
+    num_v_heads: int
+    """Hv."""
+    head_k_dim: int
+    """K."""
+    head_v_dim: int
+    """V."""
+    conv_kernel_size: int
+    """Conv1D width."""
+    chunk_size: int
+    """GDN chunk size."""
+    dtype: str
+    """Dtype name as the scenario spells it."""
+    batch: int
+    """B."""
+    seed: int
+    """Seed of weights, input and output gradient."""
+    warmup: int
+    """Untimed passes."""
+    repeat: int
+    """Timed passes."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @property
+    def local_seq_len(self) -> int:
+        return self.seq_len // self.cp
+
+    @property
+    def case_id(self) -> str:
+        """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`."""
+        ckpt = "" if self.checkpoint is None else ("-ckpt" if self.checkpoint else "-nockpt")
+        return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}-{PASS_TAGS[self.pass_]}"
+
+    def key(self) -> str:
+        """Identity across runs (resume, compare): scenario and case id."""
+        return f"{self.scenario}/{self.case_id}"
+
+    def layer_config(self) -> GatedDeltaNetConfig:
+        return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(self.dtype))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form with YAML key names (`pass`), plus the derived case_id and local_seq_len."""
+        out = {"case_id": self.case_id}
+        out.update({yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)})
+        out["local_seq_len"] = self.local_seq_len
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Case:
+        keys = yaml_keys(cls)
+        return cls(**{keys[k]: v for k, v in data.items() if k in keys})

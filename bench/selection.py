@@ -1,0 +1,36 @@
+"""From command-line words to cases: scenario names or paths, --set overrides and --filter, validated."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.config import Case, Scenario
+from bench.filters import CaseFilter
+from bench.loader import Override, Suite, find_scenario, load_scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """One scenario of a command, and its cases that pass the filter."""
+
+    path: Path
+    scenario: Scenario
+    cases: list[Case]
+    """Expanded cases that match --filter, in expansion order."""
+    total: int
+    """Cases before the filter."""
+
+
+def select(
+    suite: Suite, names: Sequence[str], overrides: Sequence[Override], case_filter: CaseFilter
+) -> list[Selection]:
+    """Load each named scenario (the suite's default when none) with overrides, expand and filter it."""
+    out = []
+    for name in names or [suite.config.default_scenario]:
+        path = find_scenario(suite, name)
+        scenario = load_scenario(path, overrides)
+        cases = scenario.cases(warmup=suite.config.warmup, repeat=suite.config.repeat)
+        out.append(Selection(path=path, scenario=scenario, cases=case_filter.apply(cases), total=len(cases)))
+    return out

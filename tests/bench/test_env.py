@@ -1,0 +1,33 @@
+"""The environment record stored with every result."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from bench.env import Environment, collect_environment, cpu_model, git_info
+from gdn_cp.distributed import resolve_platform
+
+
+def test_collect_environment_on_cpu():
+    env = collect_environment(
+        resolve_platform("cpu"), threads_per_rank=2, world_sizes=[2, 1, 2], launcher="local"
+    )
+    assert env.device_type == "cpu" and env.backend == "gloo"
+    assert env.torch_version == torch.__version__ and env.cpu_count == (os.cpu_count() or 1)
+    assert env.world_sizes == [1, 2] and env.threads_per_rank == 2 and env.launcher == "local"
+    assert Environment.from_dict(env.to_dict()) == env
+
+
+def test_git_info_of_this_checkout():
+    git = git_info()
+    assert len(git.commit) == 40 and git.short_commit == git.commit[:8] and git.branch
+
+
+def test_cpu_model(tmp_path: Path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\nflags\t: fpu\n")
+    assert cpu_model(info) == "Example CPU @ 2.0GHz"
+    assert cpu_model(tmp_path / "missing")  # falls back to the platform's processor string

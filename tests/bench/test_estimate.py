@@ -1,0 +1,71 @@
+"""The rough memory estimate used to refuse cases that cannot fit, and the available-memory readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.config import Case, Scenario, Sweep
+from bench.estimate import (
+    available_bytes,
+    estimate_peak_bytes,
+    host_available_bytes,
+    human_bytes,
+    parameter_count,
+)
+from gdn_cp.distributed import resolve_platform
+from gdn_cp.layers import GatedDeltaNet
+
+
+def case(**kw) -> Case:
+    base = {"cp": [2], "seq_len": [4096], "mode": ["p2p"], "checkpoint": [True], "pass_": ["forward"]}
+    sweep = Sweep(**{**base, **{k: v for k, v in kw.items() if k in base}})
+    model = {"hidden_size": 256, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 32, "head_v_dim": 32}
+    model.update({k: v for k, v in kw.items() if k not in base})
+    (c,) = Scenario(name="s", **model, sweep=sweep).cases(warmup=1, repeat=1)
+    return c
+
+
+@pytest.mark.parametrize(
+    "dims", [{}, {"num_k_heads": 4, "num_v_heads": 8, "head_v_dim": 16, "hidden_size": 96}]
+)
+def test_parameter_count_matches_the_layer(dims):
+    c = case(**dims)
+    layer = GatedDeltaNet(c.layer_config())
+    assert parameter_count(c) == sum(p.numel() for p in layer.parameters())
+
+
+def test_estimate_grows_with_tokens_and_shrinks_with_cp():
+    small, large = estimate_peak_bytes(case(seq_len=[4096])), estimate_peak_bytes(case(seq_len=[8192]))
+    assert large > 1.8 * small
+    assert estimate_peak_bytes(case(cp=[4])) < estimate_peak_bytes(case(cp=[2]))
+
+
+def test_estimate_orders_the_variants_as_measured():
+    # checkpoint off keeps the per-chunk summary graph; backward adds gradients; bf16 halves projections
+    assert estimate_peak_bytes(case(checkpoint=[False])) > estimate_peak_bytes(case(checkpoint=[True]))
+    assert estimate_peak_bytes(case(pass_=["forward_backward"])) > estimate_peak_bytes(case())
+    assert estimate_peak_bytes(case(dtype="bf16")) < estimate_peak_bytes(case())
+    assert estimate_peak_bytes(case(mode=["ulysses"])) == estimate_peak_bytes(case())
+
+
+def test_estimate_of_a_calibration_point():
+    # Measured with the cpu-profiler meter (gdn_cp eager ops, fp32, 2 threads): p2p checkpoint on, forward,
+    # 2048 local tokens, hidden 256, Hk/Hv 2/4, K = V = 32: 19142 bytes per token above the baseline.
+    c = case(cp=[1], seq_len=[2048])
+    measured = 19142 * 2048 + parameter_count(c) * 4 + 2 * 4 * 2048 * 256
+    assert 0.9 < estimate_peak_bytes(c) / measured < 1.1
+
+
+def test_host_available_bytes(tmp_path: Path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:   100 kB\nMemAvailable:   2048 kB\n")
+    assert host_available_bytes(meminfo) == 2048 * 1024
+    assert host_available_bytes(tmp_path / "missing") > 0  # falls back to sysconf
+    available, shared = available_bytes(resolve_platform("cpu"))
+    assert available > 0 and shared
+
+
+def test_human_bytes():
+    assert human_bytes(12 * 2**20) == "12.0 MiB" and human_bytes(1.5 * 2**30) == "1.5 GiB"

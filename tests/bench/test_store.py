@@ -1,0 +1,139 @@
+"""Result files: round trip, atomic writes, replacing a case's result, refusing other schemas, file names."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import store
+from bench.config import Scenario, Sweep
+from bench.env import collect_environment
+from bench.errors import UserError
+from bench.store import (
+    SCHEMA_VERSION,
+    CaseResult,
+    MemoryResult,
+    ResultWriter,
+    RunResult,
+    load_result,
+    result_filename,
+)
+from bench.timing import summarize
+from gdn_cp.distributed import resolve_platform
+
+SCENARIO = Scenario(
+    name="s",
+    hidden_size=32,
+    num_k_heads=2,
+    num_v_heads=4,
+    head_k_dim=8,
+    head_v_dim=8,
+    sweep=Sweep(cp=[2], seq_len=[64]),
+)
+CASES = SCENARIO.cases(warmup=1, repeat=3)
+
+
+def ok_result(i: int = 0) -> CaseResult:
+    samples = [[0.010, 0.011, 0.012], [0.011, 0.013, 0.010]]
+    return CaseResult(
+        case=CASES[i],
+        status="ok",
+        samples_s=samples,
+        timing=summarize(samples),
+        memory=MemoryResult(
+            peak_bytes=3 * 2**20,
+            per_rank_bytes=[3 * 2**20, 2 * 2**20],
+            baseline_bytes=[1, 1],
+            meter="cpu-profiler",
+        ),
+        wall_s=2.5,
+    )
+
+
+def new_run() -> RunResult:
+    env = collect_environment(
+        resolve_platform("cpu"), threads_per_rank=None, world_sizes=[2], launcher="local"
+    )
+    return RunResult(name="s", environment=env, suite={"repeat": 3}, scenarios={"s": SCENARIO.to_dict()})
+
+
+def test_round_trip(tmp_path: Path):
+    run = new_run()
+    run.cases = [
+        ok_result(0),
+        CaseResult(case=CASES[1], status="failed", error="rank 1 failed: OOM", wall_s=1.0),
+    ]
+    path = tmp_path / "r.json"
+    store.save_result(run, path)
+    back = load_result(path)
+    assert back == run
+    assert back.cases[0].timing.median_s == pytest.approx(0.012)
+    assert back.ok_keys() == {CASES[0].key()}
+    assert back.get(CASES[1].key()).error == "rank 1 failed: OOM"
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION and data["cases"][0]["params"]["pass"] == "forward"
+
+
+def test_writer_writes_after_every_case_and_replaces_a_retried_case(tmp_path: Path):
+    path = tmp_path / "sub" / "r.json"
+    writer = ResultWriter(path, new_run())
+    assert load_result(path).cases == []
+    writer.add(CaseResult(case=CASES[0], status="failed", error="boom"))
+    assert [c.status for c in load_result(path).cases] == ["failed"]
+    writer.add(ok_result(0))
+    writer.add(ok_result(1))
+    resumed = ResultWriter.resume(path)
+    assert [c.status for c in resumed.run.cases] == ["ok", "ok"]
+    assert resumed.run.ok_keys() == {CASES[0].key(), CASES[1].key()}
+
+
+def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "r.json"
+    writer = ResultWriter(path, new_run())
+    writer.add(ok_result(0))
+    before = path.read_text()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # e.g. Ctrl-C in the middle of writing
+
+    monkeypatch.setattr(json, "dump", crash)
+    with pytest.raises(KeyboardInterrupt):
+        writer.add(ok_result(1))
+    assert path.read_text() == before  # the old file is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("version", [0, SCHEMA_VERSION + 1, None])
+def test_other_schema_versions_are_refused_with_what_to_do(tmp_path: Path, version):
+    path = tmp_path / "r.json"
+    store.save_result(new_run(), path)
+    data = json.loads(path.read_text())
+    data["schema_version"] = version
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError) as info:
+        load_result(path)
+    assert f"schema_version {version!r} is not the version this bench reads ({SCHEMA_VERSION})" in str(
+        info.value
+    )
+    assert "re-run its scenarios with this bench" in str(info.value)
+
+
+def test_unreadable_files(tmp_path: Path):
+    with pytest.raises(UserError, match="no such result file"):
+        load_result(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{\n  "schema_version": 1,\n')
+    with pytest.raises(UserError, match=r"bad.json:3: not valid JSON"):
+        load_result(tmp_path / "bad.json")
+    (tmp_path / "odd.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "name": "x"}))
+    with pytest.raises(UserError, match="not a bench result file of schema 1"):
+        load_result(tmp_path / "odd.json")
+
+
+def test_result_filename_is_sanitised():
+    when = datetime.datetime(2025, 7, 13, 9, 5, 1)
+    assert result_filename(when, "feature/cp p2p", "0123456789abcdef", "cpu-smoke+npu cp4") == (
+        "20250713-090501-feature-cp-p2p-01234567-cpu-smoke+npu-cp4.json"
+    )

@@ -1,0 +1,36 @@
+"""The worker builds the same weights on every rank and the shards of one global input, from the seed."""
+
+from __future__ import annotations
+
+import bench_ranks
+import pytest
+import torch
+
+from bench.config import Scenario, Sweep
+from bench.worker import global_tensor
+from gdn_cp.distributed import run_on_ranks
+
+pytestmark = pytest.mark.multirank
+
+
+def test_same_weights_on_every_rank_and_contiguous_shards_of_one_input():
+    (case,) = Scenario(
+        name="s",
+        hidden_size=16,
+        num_k_heads=2,
+        num_v_heads=4,
+        head_k_dim=4,
+        head_v_dim=4,
+        seed=7,
+        sweep=Sweep(cp=[2], seq_len=[12], mode=["p2p"], pass_=["forward"]),
+    ).cases(warmup=0, repeat=1)
+    ranks = run_on_ranks(bench_ranks.built_tensors, 2, (case, "cpu"))
+    for p0, p1 in zip(ranks[0]["params"], ranks[1]["params"], strict=True):
+        assert torch.equal(p0, p1)
+    # the global input and output gradient, drawn as the worker draws them, split in rank order
+    generator = torch.Generator().manual_seed(case.seed + 1)
+    x = global_tensor((1, 12, 16), torch.float32, generator)
+    grad = global_tensor((1, 12, 16), torch.float32, generator)
+    assert torch.equal(torch.cat([r["x"] for r in ranks], dim=1), x)
+    assert torch.equal(torch.cat([r["grad"] for r in ranks], dim=1), grad)
+    assert ranks[0]["x"].shape == (1, 6, 16)
