@@ -93,9 +93,10 @@ def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def available_bytes(platform: Platform) -> tuple[int | None, bool]:
     """(bytes available to the ranks, shared_by_local_ranks).
 
-    cpu: the host's available memory, shared by every local rank. npu/cuda: None for now, since Platform
-    has no free-memory query (see the bench README); the check is then skipped.
+    cpu: the host's available memory, shared by every local rank. npu/cuda: the free memory of one device
+    (Platform.memory_info), each rank having its own.
     """
     if platform.device_type == "cpu":
         return host_available_bytes(), True
-    return None, False
+    info = platform.memory_info()
+    return (info[0] if info is not None else None), False

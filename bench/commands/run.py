@@ -216,10 +216,13 @@ def _launcher(
 
 
 def _max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
-    """Local cpu launches: MAX_RANKS_PER_CORE per core; accelerators: unchecked (no device count yet)."""
-    if job is None and platform.device_type == "cpu":
+    """Local launches: one rank per accelerator; on cpu, MAX_RANKS_PER_CORE per core. Under torchrun the
+    job decides (None: unchecked)."""
+    if job is not None:
+        return None
+    if platform.device_type == "cpu":
         return MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
-    return None
+    return platform.device_count()
 
 
 def _new_writer(

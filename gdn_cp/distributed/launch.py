@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from gdn_cp.distributed.platform import resolve_platform
@@ -35,6 +36,14 @@ def default_threads_per_rank(world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // world_size)
 
 
+PEER_ERRORS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused")
+"""Transport errors a rank sees when another rank died first: never the root cause."""
+
+
+def _is_peer_error(message: str) -> bool:
+    return any(text in message for text in PEER_ERRORS)
+
+
 @record
 def _rank_main(
     fn: Callable[..., Any], args: tuple, threads: int, device: str, timeout_s: float, env: dict[str, str]
@@ -45,9 +54,39 @@ def _rank_main(
     platform.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(platform.backend, timeout=datetime.timedelta(seconds=timeout_s))
     try:
-        return fn(*args)
-    finally:
-        dist.destroy_process_group()
+        result = fn(*args)
+    except Exception as exc:
+        if _is_peer_error(str(exc)):
+            # Another rank failed first and closed its connections: let its error reach the launcher
+            # first (failures are ordered by a timestamp in whole seconds).
+            time.sleep(1.5)
+        # No destroy_process_group here: closing connections now would make the other ranks fail with
+        # "connection reset" before this rank's own error is recorded.
+        raise
+    dist.destroy_process_group()
+    return result
+
+
+def _describe(failure: ProcessFailure) -> str:
+    """A failed rank's error: its Python exception (from its error file), else how the process ended."""
+    if failure.exitcode < 0:  # killed by a signal: no error file
+        name = failure.signal_name()
+        hint = " (SIGKILL: often the out-of-memory killer)" if name == "SIGKILL" else ""
+        return f"killed by signal {name}{hint}"
+    if failure.error_file_data.get("errorTraits", {}).get("category") == "system_terminated_error":
+        # elastic's marker for a process that exited without writing an error file
+        return f"exited with code {failure.exitcode} without a Python exception (os._exit or a native crash)"
+    message = failure.message
+    if isinstance(message, dict):  # {"message": ..., "extraInfo": {"py_callstack": ...}}
+        message = message.get("message", str(message))
+    return str(message)
+
+
+def _root_cause(exc: ChildFailedError) -> tuple[int, str]:
+    """The failure to report: the earliest that is not a peer's transport error, else the earliest."""
+    described = {rank: _describe(f) for rank, f in exc.failures.items()}
+    rank = min(exc.failures, key=lambda r: (_is_peer_error(described[r]), exc.failures[r].timestamp, r))
+    return rank, described[rank]
 
 
 def run_on_ranks(
@@ -71,7 +110,8 @@ def run_on_ranks(
         timeout_s: collective timeout; a rank stuck in a collective longer than this fails
         env: extra environment variables for the ranks
     Raises:
-        RankFailure: a rank raised or died; the message is that rank's error.
+        RankFailure: a rank raised, died or timed out; the message is the root cause: the first failing
+            rank's exception (not another rank's "connection reset" that followed), or how it died.
     """
     threads = threads_per_rank or default_threads_per_rank(world_size)
     config = LaunchConfig(
@@ -88,9 +128,5 @@ def run_on_ranks(
     try:
         results = elastic_launch(config, _rank_main)(fn, args, threads, device, timeout_s, dict(env or {}))
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        message = failure.message
-        if isinstance(message, dict):  # an error file: {"message": ..., "extraInfo": {"py_callstack": ...}}
-            message = message.get("message", str(message))
-        raise RankFailure(rank, str(message) or f"exit code {failure.exitcode}") from None
+        raise RankFailure(*_root_cause(exc)) from None
     return [results[rank] for rank in range(world_size)]

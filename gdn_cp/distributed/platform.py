@@ -74,6 +74,17 @@ class Platform:
             raise PlatformError("cpu has no allocator peak; measure with bench.memory's profiler meter")
         return self._module().max_memory_allocated()
 
+    def device_count(self) -> int | None:
+        """Accelerators visible to this process (npu, cuda); None on cpu, where ranks share the cores."""
+        return None if self.device_type == "cpu" else self._module().device_count()
+
+    def memory_info(self, local_rank: int = 0) -> tuple[int, int] | None:
+        """(free, total) bytes of this rank's device (npu, cuda: mem_get_info); None on cpu, whose ranks
+        share the host's memory (read /proc/meminfo)."""
+        if self.device_type == "cpu":
+            return None
+        return tuple(self._module().mem_get_info(local_rank))  # type: ignore[return-value]
+
     def device_name(self, local_rank: int = 0) -> str:
         if self.device_type == "cpu":
             return _host.processor() or _host.machine()

@@ -370,3 +370,30 @@ def error_messages() -> dict[str, str]:
     fresh = GatedDeltaNet(layer_config("fp64"))
     out["state_dict"] = str(fresh.load_state_dict(dt_layer.state_dict(), strict=True))
     return out
+
+
+# --- launcher failure reporting -----------------------------------------------------------------------------
+
+
+def fail(how: str) -> int:
+    """Rank 1 fails in the way named; the others wait in a collective (and see the failure second-hand)."""
+    import os
+    import signal
+
+    if dist.get_rank() == 1:
+        if how == "raise":
+            raise ValueError("rank 1 broke on purpose")
+        if how == "exit":
+            os._exit(3)
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "hang":
+            import time
+
+            time.sleep(60)
+    dist.barrier()
+    return dist.get_rank()
+
+
+def rank_and_threads() -> tuple[int, int, int]:
+    return dist.get_rank(), dist.get_world_size(), torch.get_num_threads()
