@@ -1,5 +1,10 @@
 """Model layers built on gdn_cp.ops."""
 
-from gdn_cp.layers.gated_deltanet import GatedDeltaNet, GatedDeltaNetConfig, GDNProjections
+from gdn_cp.layers.gated_deltanet import (
+    GatedDeltaNet,
+    GatedDeltaNetConfig,
+    GDNProjections,
+    linear_attn_state_dict,
+)
 
-__all__ = ["GDNProjections", "GatedDeltaNet", "GatedDeltaNetConfig"]
+__all__ = ["GDNProjections", "GatedDeltaNet", "GatedDeltaNetConfig", "linear_attn_state_dict"]
