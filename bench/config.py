@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
 from bench.errors import FieldError
+from bench.thresholds import Bars, ThresholdSpec
 from gdn_cp import GatedDeltaNetConfig
-from gdn_cp.dtypes import DTYPES, to_dtype
+from gdn_cp.dtypes import DTYPES, dtype_name, to_dtype
 
 Mode = Literal["ulysses", "p2p", "all_gather"]
 """CP modes of gdn_cp.LinearAttentionContextParallel (gdn_cp.distributed.MODES; a test keeps them equal)."""
@@ -29,6 +30,10 @@ Pass = Literal["forward", "forward_backward"]
 """forward: the training forward (autograd on, no backward); forward_backward: forward then backward."""
 Device = Literal["auto", "cpu", "cuda", "npu"]
 """Where ranks run (gdn_cp.distributed.DEVICES); auto picks npu, then cuda, then cpu."""
+LayerType = Literal["linear_attention", "full_attention"]
+"""Token mixer of a hybrid-model layer (gdn_cp.models.Qwen35HybridConfig.layer_types)."""
+GradReduction = Literal["auto", "fsdp2", "all_reduce"]
+"""How `bench verify --train` sums parameter gradients over the CP ranks."""
 
 PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd"}
 """How a pass is spelled in case ids."""
@@ -72,7 +77,7 @@ def _describe(hint: Any) -> str:
         return f"a list of {_describe(get_args(hint)[0])}"
     if origin in (typing.Union, types.UnionType):
         parts = [_describe(a) for a in get_args(hint) if a is not type(None)]
-        return " or ".join([*parts, "null"])
+        return " or ".join([*parts, "null"] if type(None) in get_args(hint) else parts)
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
         hint, getattr(hint, "__name__", str(hint))
     )
@@ -87,8 +92,15 @@ def _check_value(key: str, hint: Any, value: Any, expected: str | None = None) -
         args = get_args(hint)
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _check_value(key, inner, value, _describe(hint))
+        inner = [a for a in args if a is not type(None)]
+        # `str | list[str]`: a list is checked as the list member, anything else as the other one
+        if len(inner) > 1:
+            lists = [a for a in inner if get_origin(a) is list]
+            others = [a for a in inner if get_origin(a) is not list]
+            if not (len(lists) == len(others) == 1):
+                raise TypeError(f"{key}: unsupported annotation {hint!r}")  # a programming error
+            inner = lists if isinstance(value, list) else others
+        return _check_value(key, inner[0], value, _describe(hint))
     if origin is Literal:
         choices = get_args(hint)
         if not isinstance(value, str) or value not in choices:
@@ -222,6 +234,66 @@ DEFAULT_SWEEP = Sweep(mode=list(get_args(Mode)), checkpoint=[True], pass_=list(g
 
 
 @dataclass(kw_only=True, slots=True)
+class TrainSettings:
+    """The hybrid model and optimizer of `bench verify --train` (YAML: a `train:` mapping in a scenario).
+
+    The model is gdn_cp.models.Qwen35Hybrid: its GDN layers take the scenario's layer fields (hidden_size,
+    num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_kernel_size, chunk_size, dtype); the fields
+    here add what the layer does not have. Every step draws a new random batch of `batch` sequences of
+    seq_len + 1 tokens (inputs and next-token labels), the same for the reference and the CP model.
+    """
+
+    steps: int = 100
+    """Optimizer steps when `bench verify --train` is given without a number (the seed ran 100)."""
+    lr: float = 1e-4
+    """AdamW learning rate (the seed's)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (the seed's)."""
+    layer_types: list[LayerType] = field(
+        default_factory=lambda: ["linear_attention"] * 3 + ["full_attention"]
+    )
+    """Token mixer per layer, in order; default the seed's 3 linear : 1 full attention."""
+    vocab_size: int = 256
+    """Token vocabulary."""
+    intermediate_size: int = 256
+    """SwiGLU MLP width."""
+    num_attention_heads: int = 4
+    """Full-attention query heads; must be divisible by every cp of the scenario (Ulysses over heads)."""
+    num_key_value_heads: int = 2
+    """Full-attention key/value heads (GQA); repeated to the query heads when fewer than cp."""
+    head_dim: int = 16
+    """Full-attention head dim."""
+    grad_reduction: GradReduction = "auto"
+    """How CP parameter gradients are summed over the ranks: fsdp2 (torch.distributed.fsdp.fully_shard over
+    a 1-D mesh of the CP ranks, gradient divide factor 1 so that the partial gradients are summed), all_reduce
+    (gdn_cp.distributed.all_reduce_gradients), or auto: fsdp2 where torch has fully_shard, else all_reduce."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _require_positive(self, "steps", "vocab_size", "intermediate_size", "num_attention_heads")
+        _require_positive(self, "num_key_value_heads", "head_dim")
+        if self.lr <= 0:
+            raise FieldError("lr", f"must be > 0, got {self.lr}; e.g. lr: 1.0e-4")
+        if self.weight_decay < 0:
+            raise FieldError(
+                "weight_decay", f"must be >= 0, got {self.weight_decay}; e.g. weight_decay: 0.01"
+            )
+        if not self.layer_types:
+            raise FieldError(
+                "layer_types", "the list is empty; give at least one layer, e.g. [linear_attention]"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise FieldError(
+                "num_attention_heads",
+                f"{self.num_attention_heads} is not a multiple of num_key_value_heads "
+                f"({self.num_key_value_heads}); choose a multiple",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(kw_only=True, slots=True)
 class Scenario:
     """One scenario file: a model and the lists to sweep over it."""
 
@@ -245,16 +317,24 @@ class Scenario:
     """Depthwise causal Conv1D width."""
     chunk_size: int = 64
     """Chunk size of the chunked GDN."""
-    dtype: str = "fp32"
-    """Parameter and activation dtype: fp32, bf16, fp16, fp64 (or their long names)."""
+    dtype: str | list[str] = "fp32"
+    """Parameter and activation dtype: fp32, bf16, fp16, fp64 (or their long names); a list sweeps several
+    (each case takes one, and case ids then end with it: `p2p-ckpt-cp2-T128-fwd_bwd-bf16`)."""
     batch: int = 1
     """Sequences per step (B)."""
     seed: int = 0
-    """Seed of the weights, the input and the output gradient (identical on every rank)."""
+    """Seed of the weights, the input and the output gradient (identical on every rank). `bench verify
+    --seeds N` runs seeds seed, seed + 1, ..., seed + N - 1."""
     warmup: int | None = None
     """Untimed passes per case; null: the suite's."""
     repeat: int | None = None
     """Timed passes per case; null: the suite's."""
+    thresholds: dict[str, Any] | None = None
+    """`bench verify` pass bars: a mapping of bar -> value for every dtype, and optionally per dtype
+    (`fp32: {rel_l2: 1.0e-4}`) on top; unset bars are the seed's. Keys and resolution: bench/thresholds.py."""
+    train: TrainSettings | None = None
+    """The hybrid model and optimizer of `bench verify --train` (a mapping; see TrainSettings); null: the
+    scenario has no training trajectory."""
     sweep: Sweep = field(default_factory=Sweep)
     """The top-level sweep lists (cp, seq_len or local_seq_len, mode, checkpoint, pass)."""
     sweeps: list[Sweep] = field(default_factory=list)
@@ -271,8 +351,27 @@ class Scenario:
                 f"{self.num_v_heads} is not a multiple of num_k_heads ({self.num_k_heads}); each key head "
                 "serves num_v_heads // num_k_heads value heads, so choose a multiple",
             )
-        if not isinstance(self.dtype, str) or self.dtype.lower() not in DTYPES:
-            raise FieldError("dtype", f"unknown dtype {self.dtype!r}; use one of {', '.join(sorted(DTYPES))}")
+        dtypes = self.dtype if isinstance(self.dtype, list) else [self.dtype]
+        if not dtypes:
+            raise FieldError("dtype", "the list is empty; give at least one dtype, e.g. dtype: [fp32, bf16]")
+        for dtype in dtypes:
+            if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
+                raise FieldError("dtype", f"unknown dtype {dtype!r}; use one of {', '.join(sorted(DTYPES))}")
+        short = [dtype_name(to_dtype(d)) for d in dtypes]
+        if len(set(short)) < len(short):
+            raise FieldError("dtype", f"{self.dtype} names a dtype twice; list each once")
+        ThresholdSpec.parse(self.thresholds)  # FieldError("thresholds", ...) for a bad bar
+        if isinstance(self.train, dict):  # Python callers may pass the YAML mapping (the loader builds it)
+            keys = yaml_keys(TrainSettings)
+            unknown = sorted(set(self.train) - keys.keys())
+            if unknown:
+                raise FieldError("train", f"unknown key {unknown[0]!r}; use one of {', '.join(sorted(keys))}")
+            try:
+                self.train = TrainSettings(**{keys[k]: v for k, v in self.train.items()})
+            except FieldError as exc:
+                raise FieldError("train", f"{exc.key}: {exc.message}") from None
+        elif self.train is not None and not isinstance(self.train, TrainSettings):
+            raise FieldError("train", f"expected a mapping such as {{lr: 1.0e-4}}, got {self.train!r}")
         for sweep in self.effective_sweeps():
             if sweep.cp is None:
                 raise FieldError("cp", "no CP degrees to sweep; add a list such as cp: [1, 2]")
@@ -288,37 +387,56 @@ class Scenario:
         top = self.sweep.over(DEFAULT_SWEEP)
         return [s.over(top) for s in self.sweeps] if self.sweeps else [top]
 
-    def layer_config(self) -> GatedDeltaNetConfig:
-        return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(self.dtype))
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtype names the scenario sweeps, as it spells them."""
+        return list(self.dtype) if isinstance(self.dtype, list) else [self.dtype]
+
+    def layer_config(self, dtype: str | None = None) -> GatedDeltaNetConfig:
+        """The layer at `dtype` (default: the scenario's first dtype)."""
+        dtype = self.dtypes[0] if dtype is None else dtype
+        return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(dtype))
+
+    def bars(self, dtype: str) -> Bars:
+        """`bench verify`'s pass bars for cases of `dtype` (bench/thresholds.py)."""
+        return ThresholdSpec.parse(self.thresholds).for_dtype(dtype)
 
     def cases(self, *, warmup: int, repeat: int) -> list[Case]:
         """Every combination of every sweep, duplicates removed (first occurrence kept), in sweep order.
 
         `warmup`/`repeat` are the suite's; the scenario's own values win. Checkpoint only matters for p2p
-        and all_gather: ulysses gets one case with checkpoint None whatever the list says.
+        and all_gather: ulysses gets one case with checkpoint None whatever the list says. A list of dtypes
+        is the outermost loop of every sweep.
         """
         common = {k: getattr(self, k) for k in MODEL_KEYS}
         common.update(
             scenario=self.name,
-            dtype=self.dtype,
             batch=self.batch,
             seed=self.seed,
             warmup=warmup if self.warmup is None else self.warmup,
             repeat=repeat if self.repeat is None else self.repeat,
+            dtype_in_id=isinstance(self.dtype, list) and len(self.dtype) > 1,
         )
         out: dict[str, Case] = {}
         for sweep in self.effective_sweeps():
             assert sweep.cp and sweep.mode and sweep.checkpoint and sweep.pass_  # filled by __post_init__
-            for cp in sweep.cp:
-                lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or ()]
-                for seq_len in lengths:
-                    for mode in sweep.mode:
-                        for ckpt in [None] if mode == "ulysses" else sweep.checkpoint:
-                            for pass_ in sweep.pass_:
-                                case = Case(
-                                    mode=mode, checkpoint=ckpt, cp=cp, seq_len=seq_len, pass_=pass_, **common
-                                )
-                                out.setdefault(case.case_id, case)
+            for dtype in self.dtypes:
+                for cp in sweep.cp:
+                    lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or ()]
+                    for seq_len in lengths:
+                        for mode in sweep.mode:
+                            for ckpt in [None] if mode == "ulysses" else sweep.checkpoint:
+                                for pass_ in sweep.pass_:
+                                    case = Case(
+                                        mode=mode,
+                                        checkpoint=ckpt,
+                                        cp=cp,
+                                        seq_len=seq_len,
+                                        pass_=pass_,
+                                        dtype=dtype,
+                                        **common,
+                                    )
+                                    out.setdefault(case.case_id, case)
         return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
@@ -328,6 +446,7 @@ class Scenario:
         out["sweeps"] = [
             {yaml_key(k): v for k, v in dataclasses.asdict(s).items() if v is not None} for s in self.sweeps
         ]
+        out["train"] = None if self.train is None else self.train.to_dict()
         return out
 
 
@@ -371,6 +490,8 @@ class Case:
     """Untimed passes."""
     repeat: int
     """Timed passes."""
+    dtype_in_id: bool = False
+    """The scenario sweeps several dtypes, so the case id ends with the dtype (`...-fwd_bwd-bf16`)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -381,9 +502,11 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`."""
+        """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`; with a dtype
+        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`."""
         ckpt = "" if self.checkpoint is None else ("-ckpt" if self.checkpoint else "-nockpt")
-        return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}-{PASS_TAGS[self.pass_]}"
+        dtype = f"-{dtype_name(to_dtype(self.dtype))}" if self.dtype_in_id else ""
+        return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}-{PASS_TAGS[self.pass_]}{dtype}"
 
     def key(self) -> str:
         """Identity across runs (resume, compare): scenario and case id."""

@@ -30,8 +30,10 @@ from bench.store import Status
 from bench.worker import RankResults
 from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, run_on_ranks
 
-RankFn = Callable[[Case, str], RankResults]
-"""What each rank runs: bench.worker.run_case; tests pass a module-level function that fails on purpose."""
+RankFn = Callable[[Case, str], Any]
+"""What each rank runs, given the case and the device kind: bench.worker.run_case (returning RankResults) for
+`bench run`, the verify and profile rank functions (bench.verification, bench.profiling) for those commands;
+tests pass a module-level function that fails on purpose. Rank 0's return value is the launch's result."""
 
 MAX_RANKS_PER_CORE = 4
 """A local cpu launch refuses more ranks than this many per core: they would only measure contention."""
@@ -103,7 +105,8 @@ class Outcome:
 
     status: Status
     """ok, failed or skipped."""
-    results: RankResults | None = None
+    results: RankResults | Any = None
+    """What rank 0's rank function returned (RankResults for `bench run`); None unless ok."""
     error: str | None = None
     wall_s: float = 0.0
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from bench.config import Case, Scenario, SuiteConfig, Sweep, yaml_key, yaml_keys
+from bench.config import Case, Scenario, SuiteConfig, Sweep, TrainSettings, yaml_key, yaml_keys
 from bench.errors import FieldError, UserError
 from bench.estimate import available_bytes, estimate_peak_bytes, human_bytes
 from gdn_cp.distributed import Platform, check_cp_shapes
@@ -32,6 +32,7 @@ SUITE_FILE = "bench.yaml"
 
 SUITE_KEYS = yaml_keys(SuiteConfig)
 SWEEP_KEYS = yaml_keys(Sweep)
+TRAIN_KEYS = yaml_keys(TrainSettings)
 SCENARIO_KEYS = {k: f for k, f in yaml_keys(Scenario).items() if k not in ("name", "sweep")} | SWEEP_KEYS
 """YAML keys of a scenario file: its own fields, the top-level sweep lists, and `sweeps`."""
 LENGTH_KEYS = ("seq_len", "local_seq_len")
@@ -102,7 +103,8 @@ def parse_overrides(items: Iterable[str]) -> list[Override]:
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
     """The mapping in `path`, and the 1-based line of each key.
 
-    Line keys are paths: ("mode",), ("sweeps", 0), ("sweeps", 0, "cp").
+    Line keys are paths: ("mode",), ("sweeps", 0), ("sweeps", 0, "cp"), and for a mapping value such as
+    `train:` its keys: ("train", "lr").
     """
     where = display(path)
     try:
@@ -134,6 +136,9 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
                     if isinstance(item, yaml.MappingNode):
                         for k, _ in item.value:
                             lines[("sweeps", i, k.value)] = k.start_mark.line + 1
+            elif isinstance(value_node, yaml.MappingNode):
+                for k, _ in value_node.value:
+                    lines[(key_node.value, k.value)] = k.start_mark.line + 1
     return data, lines
 
 
@@ -297,6 +302,10 @@ def load_scenario(path: Path, overrides: Iterable[Override] = ()) -> Scenario:
         _check_keys(entry, SWEEP_KEYS, locate, ("sweeps", i), label)
         sweeps.append(_build(Sweep, entry, locate, ("sweeps", i), label))
     top = _build(Sweep, {k: data.pop(k) for k in list(data) if k in SWEEP_KEYS}, locate)
+    train = data.get("train")
+    if isinstance(train, dict):
+        _check_keys(train, TRAIN_KEYS, locate, ("train",), "train.")
+        data["train"] = _build(TrainSettings, train, locate, ("train",), "train.")
     return _build(Scenario, {**data, "name": path.stem, "sweep": top, "sweeps": sweeps}, locate)
 
 

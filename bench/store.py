@@ -10,7 +10,9 @@ valid file holding every case finished so far; `bench run --resume FILE` continu
 
 Layout (schema_version 1): {schema_version, name, created_at, environment: {...}, suite: {...},
 scenarios: {name: definition}, cases: [{params: {...case...}, status, error, samples_s: [rank][repeat],
-timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}]}. Times are in seconds, memory in bytes.
+timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}], verifications: [{kind, params, ...}]}.
+Times are in seconds, memory in bytes. `verifications` (the records of `bench verify`, see
+bench/verification/records.py) is optional: files written before it existed load with none.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bench.config import Case
 from bench.env import Environment
 from bench.errors import UserError
 from bench.timing import TimingSummary
+
+if TYPE_CHECKING:
+    from bench.verification.records import Verification
 
 SCHEMA_VERSION = 1
 """Bump when the layout changes; load_result refuses other versions."""
@@ -135,6 +140,8 @@ class RunResult:
     """In the order they finished."""
     created_at: str = field(default_factory=now_iso)
     schema_version: int = SCHEMA_VERSION
+    verifications: list[Verification] = field(default_factory=list)
+    """`bench verify` records (layer comparisons, training trajectories), in the order they finished."""
 
     def get(self, key: str) -> CaseResult | None:
         return next((c for c in self.cases if c.key == key), None)
@@ -151,10 +158,14 @@ class RunResult:
             "suite": self.suite,
             "scenarios": self.scenarios,
             "cases": [c.to_dict() for c in self.cases],
+            "verifications": [v.to_dict() for v in self.verifications],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        # Imported here: bench.verification's tables import bench.tables, which imports this module.
+        from bench.verification.records import verification_from_dict
+
         return cls(
             schema_version=data["schema_version"],
             name=data["name"],
@@ -163,6 +174,7 @@ class RunResult:
             suite=data["suite"],
             scenarios=data["scenarios"],
             cases=[CaseResult.from_dict(c) for c in data["cases"]],
+            verifications=[verification_from_dict(v) for v in data.get("verifications", [])],
         )
 
 
@@ -239,6 +251,12 @@ class ResultWriter:
         """Record a case (replacing an earlier result of the same case, e.g. a failure being retried)."""
         self.run.cases = [c for c in self.run.cases if c.key != result.key]
         self.run.cases.append(result)
+        save_result(self.run, self.path)
+
+    def add_verification(self, record: Verification) -> None:
+        """Record a `bench verify` case (replacing an earlier record of the same check and case)."""
+        self.run.verifications = [v for v in self.run.verifications if v.key != record.key]
+        self.run.verifications.append(record)
         save_result(self.run, self.path)
 
 

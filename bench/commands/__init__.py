@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from bench.commands import compare, plot, profile, report, run, show, verify
 from bench.commands import list as list_command
-from bench.commands import run, show
 
-COMMANDS: list[ModuleType] = [list_command, run, show]
+COMMANDS: list[ModuleType] = [list_command, run, show, compare, plot, report, verify, profile]

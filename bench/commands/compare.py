@@ -1,0 +1,443 @@
+"""`bench compare BASE HEAD [SCENARIO ...]`: is head faster or slower than base, case by case?
+
+BASE and HEAD are each a result file (when the path exists) or a git ref. Two files are compared as they
+are. With a ref, the ref is checked out in a temporary worktree and its own code runs the scenarios (from
+the current working tree, identical for both sides), alternating base and head case by case in this
+session (bench.interleave); both sides' result files are kept (results/compare-<date>/, or --save-dir) so
+that they can be compared again later. A ref against a file runs only the ref, on the file's cases.
+
+Per case ok on both sides (bench.comparison): the ratio head/base of the rank-max median, a two-sided
+Mann-Whitney U test on the per-repeat rank-max samples, a verdict (better / worse only past --factor and
+below --alpha, else ~) and the peak-memory delta. Cases from different machines, devices, torch versions or
+scenario definitions are "not comparable" unless --force.
+
+Exit code: 0; 1 for a user error; 3 with --fail-on-regression when a case is worse, or ok on base but failed
+on head; 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bench import interleave
+from bench.analysis import source_label
+from bench.commands import common_args
+from bench.commands.run import _case_line
+from bench.comparison import (
+    DEFAULT_ALPHA,
+    DEFAULT_FACTOR,
+    CaseComparison,
+    Comparison,
+    compare_runs,
+    min_p_value,
+)
+from bench.console import console as default_console
+from bench.console import print_warning
+from bench.document import Table as DocTable
+from bench.document import markdown_table, markdown_text
+from bench.errors import UserError
+from bench.filters import CaseFilter, parse_filters
+from bench.gitrefs import FileSide, RefSide, Side, repo_root, resolve_side, worktree
+from bench.interleave import Checkout
+from bench.loader import Override, display, load_suite, parse_overrides
+from bench.selection import select
+from bench.store import RunResult, load_result, result_filename
+from bench.tables import format_ms
+
+NAME = "compare"
+HELP = (
+    "Compare two result files or git refs case by case (ratio of rank-max medians, Mann-Whitney U, verdict, "
+    "peak memory). Exit 3 with --fail-on-regression when a case got worse."
+)
+EXIT_REGRESSION = 3
+"""--fail-on-regression and a case got worse: distinct from 1 (user error) and 2 (bench run: cases failed)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "A side that is an existing file is a result file; otherwise a git ref, checked out in a temporary "
+        "worktree whose own code runs the scenarios (from this working tree, identical for both sides), "
+        "alternating base and head case by case; both result files are kept for a later comparison. "
+        f"Exit codes: 0 compared (whatever the verdicts); 1 user error; {EXIT_REGRESSION} with "
+        "--fail-on-regression when a case is worse, or ok on base but failed on head; 130 interrupted."
+    )
+    parser.add_argument("base", metavar="BASE", help="result file, or git ref (branch, tag, commit) to run")
+    parser.add_argument("head", metavar="HEAD", help="result file, or git ref to run")
+    common_args.add_scenarios(
+        parser,
+        "with a ref: scenario names or .yaml paths to run on both sides (default: the suite's "
+        "default_scenario; against a result file: that file's scenarios); --filter also narrows two files",
+    )
+    common_args.add_device(parser)
+    common_args.add_config(parser)
+    parser.add_argument(
+        "--factor",
+        type=float,
+        default=DEFAULT_FACTOR,
+        help=f"a case is better/worse only when head/base passes this factor (default {DEFAULT_FACTOR})",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"... and the Mann-Whitney U p-value is below this (default {DEFAULT_ALPHA})",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compare cases that are not comparable (other machine, device, torch, scenario), with a warning",
+    )
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("table", "markdown"),
+        default="table",
+        help="table (terminal) or markdown (a PR comment)",
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help=f"exit {EXIT_REGRESSION} when any case is worse, or ok on base but failed on head (CI gates)",
+    )
+    parser.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="with refs: where both sides' result files go (default: <results_dir>/compare-<date>-<time>)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(
+        args.base,
+        args.head,
+        args.scenarios,
+        sets=args.sets,
+        filters=args.filters,
+        device=args.device,
+        config=args.config,
+        factor=args.factor,
+        alpha=args.alpha,
+        force=args.force,
+        fmt=args.fmt,
+        fail_on_regression=args.fail_on_regression,
+        save_dir=args.save_dir,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Running refs
+
+
+def _narrow(run: RunResult, case_filter: CaseFilter) -> RunResult:
+    return dataclasses.replace(run, cases=[c for c in run.cases if case_filter.matches(c.case)])
+
+
+def _run_refs(
+    sides: Sequence[Side],
+    scenarios: Sequence[str],
+    *,
+    sets: Sequence[str],
+    filters: Sequence[str],
+    device: str | None,
+    config: str | None,
+    save_dir: str | None,
+    console: Console,
+    runner: interleave.Runner,
+) -> list[Path]:
+    """Run the selected cases on every ref side, alternating; the result file of each side, in order."""
+    overrides = parse_overrides(sets)
+    if device is not None:
+        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    suite = load_suite(config, overrides)
+    file_run = next((load_result(s.path) for s in sides if isinstance(s, FileSide)), None)
+    names = list(scenarios) or (list(file_run.scenarios) if file_run is not None else [])
+    selections = select(suite, names, overrides, parse_filters(filters))
+    if file_run is not None:  # against a file: only what the file can be compared on
+        keys = {c.key for c in file_run.cases}
+        selections = [
+            dataclasses.replace(s, cases=[c for c in s.cases if c.key() in keys]) for s in selections
+        ]
+    if not any(s.cases for s in selections):
+        listed = ", ".join(s.scenario.name for s in selections)
+        narrowed = "--filter and the result file's cases" if file_run is not None else "--filter"
+        raise UserError(f"no case of {listed} is left after {narrowed}; see `bench list {listed}`")
+    repo = repo_root(Path.cwd())
+    assert repo is not None  # resolve_side found the refs in it
+    now = datetime.datetime.now()
+    folder = Path(save_dir) if save_dir else suite.results_dir / f"compare-{now:%Y%m%d-%H%M%S}"
+    name = "+".join(s.scenario.name for s in selections if s.cases)
+    outputs: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp, contextlib.ExitStack() as stack:
+        staged = interleave.stage(selections, suite, Path(tmp) / "definitions")
+        checkouts = []
+        for role, side in zip(("base", "head"), sides, strict=True):
+            if isinstance(side, FileSide):
+                outputs.append(side.path)
+                continue
+            root = stack.enter_context(worktree(repo, side.commit, Path(tmp) / role))
+            output = folder / f"{role}-{result_filename(now, side.spec, side.commit, name)}"
+            outputs.append(output)
+            checkouts.append(Checkout(name=role, side=side, root=root, output=output))
+        order = " and ".join(f"{c.name} {c.side.label}" for c in checkouts)
+        console.print(
+            f"running {len(staged.plan)} cases on {escape(order)}"
+            + (", alternating case by case" if len(checkouts) > 1 else "")
+            + f"; results in {escape(display(folder))}"
+        )
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        task = progress.add_task("", total=len(staged.plan) * len(checkouts))
+        try:
+            with progress:
+                interleave.run_alternating(
+                    checkouts,
+                    staged,
+                    sets=sets,
+                    device=device,
+                    runner=runner,
+                    on_start=lambda c, p: progress.update(
+                        task, description=escape(f"{c.name} {p.case.key()}")
+                    ),
+                    on_done=lambda c, r: (
+                        progress.console.print(f"{c.name:<4} " + _case_line(r)),
+                        progress.advance(task),
+                    ),
+                )
+        except KeyboardInterrupt:
+            kept = [str(display(o)) for o in outputs if o.exists()]
+            console.print(
+                "[yellow]interrupted[/]: worktrees removed"
+                + (f"; finished cases are in {escape(', '.join(kept))}" if kept else "")
+            )
+            raise
+    console.print(
+        "saved: "
+        + ", ".join(f"{role} {escape(display(o))}" for role, o in zip(("base", "head"), outputs, strict=True))
+        + "; compare them again with `bench compare BASE.json HEAD.json`"
+    )
+    return outputs
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Output
+
+
+VERDICT_STYLES = {"better": "green", "worse": "bold red", "~": "dim", "not comparable": "yellow"}
+
+
+def _side_label(side: Side, run: RunResult) -> str:
+    if isinstance(side, RefSide):
+        return side.label
+    return f"{side.path.name} ({source_label(run)})"
+
+
+def _case_name(c: CaseComparison | str, single_scenario: bool) -> str:
+    key = c if isinstance(c, str) else c.key
+    return key.split("/", 1)[1] if single_scenario else key
+
+
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _memory(c: CaseComparison) -> str:
+    if c.memory_delta_mib is None:
+        return "-"
+    pct = c.memory_delta_pct
+    return f"{c.memory_delta_mib:+.1f} MiB" + ("" if pct is None else f" ({pct:+.1f}%)")
+
+
+def _cells(c: CaseComparison, single: bool) -> list[str]:
+    return [
+        _case_name(c, single),
+        format_ms(c.base.timing),
+        format_ms(c.head.timing),
+        f"{c.ratio:.3f}",
+        _p(c.p_value),
+        c.verdict + (" (forced)" if c.forced else ""),
+        _memory(c),
+    ]
+
+
+COLUMNS = ["case", "base", "head", "ratio", "p", "verdict", "mem delta"]
+ALIGN: list = ["left", "right", "right", "right", "right", "left", "right"]
+MAX_LISTED = 8
+"""Cases named per reason in the not-compared notes; the rest are counted."""
+
+
+def _notes(comparison: Comparison, single: bool) -> list[str]:
+    """Why cases were not comparable or not compared, and when no verdict was possible."""
+    notes = []
+    reasons: dict[str, int] = {}
+    for c in comparison.cases:
+        if c.not_comparable:
+            reasons[c.not_comparable] = reasons.get(c.not_comparable, 0) + 1
+    for reason, n in reasons.items():
+        forced = "compared anyway (--force)" if any(c.forced for c in comparison.cases) else "not comparable"
+        notes.append(f"{forced}, {n} case{'s' * (n != 1)}: {reason}")
+    by_reason: dict[str, list[str]] = {}
+    for n in comparison.not_compared:
+        by_reason.setdefault(n.reason, []).append(_case_name(n.key, single))
+    for reason, keys in by_reason.items():
+        shown = ", ".join(keys[:MAX_LISTED]) + (
+            f" and {len(keys) - MAX_LISTED} more" if len(keys) > MAX_LISTED else ""
+        )
+        notes.append(f"not compared ({reason}): {shown}")
+    repeats = [
+        (len(c.base.samples_s[0]), len(c.head.samples_s[0]))
+        for c in comparison.cases
+        if c.base.samples_s and c.head.samples_s
+    ]
+    if repeats:
+        floor = max(min_p_value(b, h) for b, h in repeats)
+        if floor >= comparison.alpha:
+            notes.append(
+                f"with {min(min(r) for r in repeats)} repeats p cannot fall below {floor:.3f} >= alpha "
+                f"{comparison.alpha}: no case can be better or worse; rerun with --set repeat=10"
+            )
+    return notes
+
+
+def _rule(comparison: Comparison) -> str:
+    return (
+        f"better/worse: head/base past x{comparison.factor:g} (or 1/{comparison.factor:g}) and "
+        f"Mann-Whitney U p < {comparison.alpha:g} on the per-repeat rank-max times; ratio < 1: head faster"
+    )
+
+
+def render_table(comparison: Comparison, labels: tuple[str, str], console: Console) -> None:
+    single = len({c.key.split("/")[0] for c in comparison.cases}) <= 1
+    t = Table(
+        title=f"base {escape(labels[0])}  vs  head {escape(labels[1])}",
+        title_justify="left",
+        caption=escape(comparison.summary()),
+        caption_justify="left",
+    )
+    for col, align in zip(COLUMNS, ALIGN, strict=True):
+        t.add_column(col, justify=align, no_wrap=col == "case")
+    for c in comparison.cases:
+        cells = [escape(x) for x in _cells(c, single)]
+        cells[5] = f"[{VERDICT_STYLES[c.verdict]}]{cells[5]}[/]"
+        t.add_row(*cells)
+    console.print(t)
+    for note in _notes(comparison, single):
+        if note.startswith("compared anyway"):
+            print_warning(note)
+        else:
+            console.print(escape(note), style="yellow" if note.startswith("not comparable") else "dim")
+    console.print(escape(_rule(comparison)), style="dim")
+
+
+def render_markdown(comparison: Comparison, labels: tuple[str, str]) -> str:
+    """A PR comment: who is compared with what, the table, the summary, the notes."""
+    single = len({c.key.split("/")[0] for c in comparison.cases}) <= 1
+    e = comparison.head.environment
+    parts = [
+        f"**bench compare**: base `{labels[0]}` vs head `{labels[1]}` on {e.device_type} ({e.device_name}, "
+        f"{e.backend}), {e.hostname}",
+        markdown_table(
+            DocTable(columns=COLUMNS, rows=[_cells(c, single) for c in comparison.cases], align=ALIGN)
+        ),
+        f"**{markdown_text(comparison.summary())}**",
+    ]
+    notes = [*_notes(comparison, single), _rule(comparison)]
+    parts.append("\n".join(f"- {markdown_text(n)}" for n in notes))
+    return "\n\n".join(parts) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def run(
+    base: str,
+    head: str,
+    scenarios: Sequence[str] = (),
+    *,
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    device: str | None = None,
+    config: str | None = None,
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+    force: bool = False,
+    fmt: str = "table",
+    fail_on_regression: bool = False,
+    save_dir: str | None = None,
+    console: Console | None = None,
+    runner: interleave.Runner = interleave.run_on_side,
+) -> int:
+    """Compare BASE and HEAD (files or refs); returns the exit code (see the module docstring).
+
+    Args:
+        base, head: result files, or git refs of the repository around the working directory
+        scenarios, sets, filters, device, config: what to run on refs, as for `bench run`; `filters` also
+            narrows the cases of two result files
+        factor, alpha: the verdict's thresholds (bench.comparison)
+        force: compare cases that are not comparable, with a warning
+        fmt: "table" (rich) or "markdown" (printed as is, for a PR comment)
+        fail_on_regression: return 3 when a case is worse or failed on head only
+        save_dir: with refs, the folder of both sides' result files
+        runner: runs one case on one side (bench.interleave.run_on_side); a test hook
+    """
+    console = console or default_console
+    if factor <= 1.0:
+        raise UserError(f"--factor {factor}: must be > 1, e.g. --factor 1.10 for 10%")
+    if not 0.0 < alpha < 1.0:
+        raise UserError(f"--alpha {alpha}: must be between 0 and 1, e.g. --alpha 0.05")
+    sides = [resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd())]
+    if all(isinstance(s, FileSide) for s in sides):
+        if scenarios or sets or device:
+            raise UserError(
+                "scenarios, --set and --device choose what to run, but two result files run nothing; drop "
+                "them (--filter narrows the files' cases), or give git refs to run"
+            )
+        paths = [s.path for s in sides if isinstance(s, FileSide)]
+    else:
+        # In markdown mode the progress goes to stderr, so that stdout is the comment alone.
+        progress_console = console if fmt == "table" else Console(stderr=True, highlight=False)
+        try:
+            paths = _run_refs(
+                sides,
+                scenarios,
+                sets=sets,
+                filters=filters,
+                device=device,
+                config=config,
+                save_dir=save_dir,
+                console=progress_console,
+                runner=runner,
+            )
+        except KeyboardInterrupt:
+            return 130
+    case_filter = parse_filters(filters)
+    base_run, head_run = (_narrow(load_result(p), case_filter) for p in paths)
+    comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha, force=force)
+    labels = (_side_label(sides[0], base_run), _side_label(sides[1], head_run))
+    if fmt == "markdown":
+        text = render_markdown(comparison, labels)
+        if console is default_console:
+            sys.stdout.write(text)
+        else:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+    else:
+        render_table(comparison, labels, console)
+    regressed = comparison.count("worse") > 0 or bool(comparison.head_failures)
+    return EXIT_REGRESSION if fail_on_regression and regressed else 0

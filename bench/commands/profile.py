@@ -1,0 +1,305 @@
+"""`bench profile SCENARIO --case FILTER`: where one case's step goes, on every rank.
+
+Exactly one case of the scenario must match --case (the --filter syntax). Its `cp` ranks run one warmup
+pass, one pass counting the bytes of every collective (beside the analytic model of
+gdn_cp.distributed.comm_model), one pass under MemTracker (memory by kind), then --steps passes under
+torch.profiler (bench/profiling/rank.py). Written under results/profiles/<run>/: one Chrome trace per rank
+(rank<r>.json: open it in https://ui.perfetto.dev or chrome://tracing) and summary.json (the tables below
+as data). Printed: per rank the step split into compute, each collective kind and waiting (definitions in
+bench/profiling/traces.py), the straggler and the phase behind it; the bytes each rank sent and received
+per collective kind, counted and modelled; the memory breakdown per rank.
+
+Exit code: 0; 3 when the counted bytes differ from the model (a bug in a collective or in the model);
+2 when the case did not run; 1 for a user error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import functools
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bench.commands import common_args
+from bench.commands.run import _device, _launcher, _max_local_ranks
+from bench.config import Case
+from bench.console import console as default_console
+from bench.env import collect_environment
+from bench.errors import UserError
+from bench.filters import parse_filters
+from bench.launcher import TorchrunEnv, TorchrunLauncher, torchrun_env
+from bench.loader import Override, check_cases, display, load_suite, parse_overrides
+from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
+from bench.selection import select
+from bench.store import result_filename
+from gdn_cp.distributed import Platform, resolve_platform
+
+NAME = "profile"
+HELP = (
+    "Profile one case on every rank: a Chrome trace per rank, time in compute / each collective / waiting, "
+    "the straggler, bytes per collective against the model, memory by kind."
+)
+
+EXIT_MODEL_MISMATCH = 3
+"""The bytes counted on the wire differ from the analytic model."""
+MEMORY_KINDS = (
+    ("Parameter", "parameters"),
+    ("Gradient", "gradients"),
+    ("Activation", "activations"),
+    ("Temp", "temporaries"),
+    ("Buffer", "buffers"),
+    ("Other", "input + output grad"),
+    ("Total", "peak total"),
+)
+"""MemTracker's kinds, and how the table names them ("Other": the tensors registered before the pass)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name or .yaml path")
+    parser.add_argument(
+        "--case",
+        required=True,
+        metavar="FILTER",
+        help="the one case to profile, in --filter syntax (e.g. mode=p2p,cp=2,checkpoint=true or a case id)",
+    )
+    parser.add_argument("--steps", type=int, default=3, metavar="N", help="profiled steps (default 3)")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite or scenario key, value in YAML (as for bench run); repeatable",
+    )
+    common_args.add_device(parser)
+    parser.add_argument(
+        "--output", metavar="DIR", help="folder of the traces (default: results/profiles/<date>-...-<case>/)"
+    )
+    common_args.add_config(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(
+        args.scenario,
+        case=args.case,
+        steps=args.steps,
+        sets=args.sets,
+        device=args.device,
+        output=args.output,
+        config=args.config,
+    )
+
+
+def _one_case(cases: Sequence[Case], total: int, expr: str, scenario: str) -> Case:
+    if len(cases) == 1:
+        return cases[0]
+    if not cases:
+        raise UserError(
+            f"--case {expr} matches none of the {total} cases of {scenario}; see `bench list {scenario}` for "
+            "their ids and fields"
+        )
+    listed = ", ".join(c.case_id for c in cases[:8]) + (
+        f", ... ({len(cases)} in all)" if len(cases) > 8 else ""
+    )
+    raise UserError(
+        f"--case {expr} matches {len(cases)} cases of {scenario} ({listed}); narrow it to one, e.g. "
+        f"--case {cases[0].case_id}"
+    )
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.3f} ms"
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} B"
+
+
+def time_table(breakdowns: Sequence[RankBreakdown], steps: int) -> Table:
+    kinds = sorted({k for b in breakdowns for k in b.collectives_us})
+    t = Table(title=f"time per step on each rank (mean of {steps} profiled steps)", title_justify="left")
+    for header in ("rank", "step", "compute", *kinds, "waiting"):
+        t.add_column(header, justify="right")
+    for b in breakdowns:
+        t.add_row(
+            str(b.rank),
+            _ms(b.step_us),
+            _ms(b.compute_us),
+            *(_ms(b.collectives_us.get(k, 0.0)) for k in kinds),
+            _ms(b.waiting_us),
+        )
+    return t
+
+
+def bytes_rows(
+    profiles: Sequence[RankProfile],
+) -> list[tuple[int, str, dict[str, int], dict[str, int], bool]]:
+    """(rank, kind, counted, model, equal) for every kind either side has."""
+    rows = []
+    empty = {"sent": 0, "received": 0, "calls": 0}
+    for p in profiles:
+        for kind in sorted(set(p.communication) | set(p.model)):
+            counted, model = p.communication.get(kind, empty), p.model.get(kind, empty)
+            equal = all(counted.get(k, 0) == model.get(k, 0) for k in ("sent", "received", "calls"))
+            rows.append((p.rank, kind, counted, model, equal))
+    return rows
+
+
+def bytes_table(profiles: Sequence[RankProfile], case: Case) -> Table:
+    t = Table(
+        title=f"bytes per collective kind in one {case.pass_.replace('_', '+')} pass: counted on the wire "
+        "(gdn_cp comm_stats) vs the model (gdn_cp.distributed.comm_model)",
+        title_justify="left",
+    )
+    for header in ("rank", "kind", "sent", "sent (model)", "received", "received (model)", "calls", "match"):
+        t.add_column(header, justify="left" if header == "kind" else "right")
+    for rank, kind, counted, model, equal in bytes_rows(profiles):
+        t.add_row(
+            str(rank),
+            kind,
+            _bytes(counted.get("sent", 0)),
+            _bytes(model.get("sent", 0)),
+            _bytes(counted.get("received", 0)),
+            _bytes(model.get("received", 0)),
+            f"{counted.get('calls', 0)} / {model.get('calls', 0)}",
+            "[green]yes[/]" if equal else "[bold red]NO[/]",
+        )
+    return t
+
+
+def memory_table(profiles: Sequence[RankProfile]) -> Table:
+    t = Table(title="memory at the peak of one pass, by kind", title_justify="left")
+    t.add_column("rank", justify="right")
+    for _, header in MEMORY_KINDS:
+        t.add_column(header, justify="right")
+    for p in profiles:
+        if p.memory is None:
+            t.add_row(str(p.rank), f"[yellow]not measured: {escape(p.memory_error or '')}[/]")
+            continue
+        t.add_row(str(p.rank), *(f"{p.memory.get(kind, 0) / 2**20:.2f} MiB" for kind, _ in MEMORY_KINDS))
+    return t
+
+
+def _run_dir(
+    output: str | None, results_dir: Path, platform: Platform, case: Case, job: TorchrunEnv | None
+) -> Path:
+    """--output, else results/profiles/<date>-<branch>-<commit>-<scenario>-<case>; under torchrun the job's
+    run id replaces the date, so that every rank (each with its own clock) names the same folder."""
+    if output:
+        return Path(output)
+    env = collect_environment(platform, threads_per_rank=None, world_sizes=[case.cp], launcher="local")
+    name = result_filename(datetime.datetime.now(), env.git_branch, env.git_commit, case.key())
+    name = name.removesuffix(".json")
+    if job is not None:
+        stamp = name.split("-", 2)[:2]  # <YYYYmmdd>-<HHMMSS>
+        name = name.replace("-".join(stamp), os.environ.get("TORCHELASTIC_RUN_ID", "torchrun"), 1)
+    return results_dir / "profiles" / name
+
+
+def run(
+    scenario: str,
+    *,
+    case: str,
+    steps: int = 3,
+    sets: Sequence[str] = (),
+    device: str | None = None,
+    output: str | None = None,
+    config: str | None = None,
+    console: Console | None = None,
+) -> int:
+    """Profile the one case of `scenario` that `case` (a --filter expression) matches; the exit code."""
+    console = console or default_console
+    if steps < 1:
+        raise UserError(f"--steps {steps}: give a positive number of steps, e.g. --steps 3")
+    overrides = parse_overrides(sets)
+    if device is not None:
+        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    suite = load_suite(config, overrides)
+    (sel,) = select(suite, [scenario], overrides, parse_filters([case]))
+    the_case = _one_case(sel.cases, sel.total, case, sel.scenario.name)
+    platform = resolve_platform(_device(suite.config.device, [sel]))
+    job = torchrun_env()
+    run_dir = _run_dir(output, suite.results_dir, platform, the_case, job)
+    rank_fn = functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
+    launcher = _launcher(platform, job, suite, rank_fn)
+    check_cases(
+        sel.path,
+        sel.scenario,
+        [the_case],
+        platform=platform,
+        ranks_on_host=launcher.ranks_on_host,
+        max_local_ranks=_max_local_ranks(platform, job),
+        overrides=overrides,
+    )
+    if job is not None and job.rank != 0:
+        console = Console(quiet=True)
+    console.print(f"profiling {escape(the_case.key())} on {the_case.cp} ranks ({platform.device_type})")
+    group = launcher.group() if isinstance(launcher, TorchrunLauncher) else contextlib.nullcontext()
+    with group:
+        outcome = launcher.run(the_case)
+    if outcome.status != "ok":
+        console.print(f"[red]{outcome.status}[/]: {escape(outcome.error or '')}")
+        return 2
+    profiles: list[RankProfile] = outcome.results
+    breakdowns = breakdown([p.timeline for p in profiles])
+    slow = straggler(breakdowns)
+    console.print(time_table(breakdowns, steps))
+    notes = [
+        "compute: the step outside collectives; each collective: its blocked time minus waiting; waiting: "
+        "time in a collective before the last peer arrived (bench/profiling/traces.py); all_to_all includes "
+        "the Conv1D halo exchange"
+    ]
+    unpaired = sum(p.timeline.unpaired for p in profiles)
+    if unpaired:
+        notes.append(
+            f"{unpaired} collective call(s) without a backend event in the trace: their blocked time is the "
+            "c10d op's own"
+        )
+    if platform.device_type != "cpu":
+        notes.append(
+            f"on {platform.device_type} collectives are asynchronous on the host: their time shows as "
+            "compute "
+            "here; see the device rows of the traces"
+        )
+    if slow is not None:
+        console.print(
+            f"straggler: rank {slow.rank} (step {_ms(slow.step_us)}, {_ms(slow.excess_us)} over the other "
+            "ranks' "
+            f"mean); behind it: {slow.phase} ({_ms(slow.phase_excess_us)} over the others' mean)"
+        )
+    for note in notes:
+        console.print(note, style="dim")
+    console.print(bytes_table(profiles, the_case))
+    console.print(memory_table(profiles))
+    console.print(f"meter: {MEMORY_METER}", style="dim")
+    summary = {
+        "case": the_case.to_dict(),
+        "steps": steps,
+        "device_type": platform.device_type,
+        "breakdown": [
+            {"rank": b.rank, "step_us": b.step_us, **{f"{k}_us": v for k, v in b.categories().items()}}
+            for b in breakdowns
+        ],
+        "straggler": None
+        if slow is None
+        else {"rank": slow.rank, "step_us": slow.step_us, "excess_us": slow.excess_us, "phase": slow.phase},
+        "communication": [
+            {"rank": r, "kind": k, "counted": c, "model": m, "match": eq}
+            for r, k, c, m, eq in bytes_rows(profiles)
+        ],
+        "memory": [{"rank": p.rank, "bytes": p.memory, "error": p.memory_error} for p in profiles],
+        "memory_meter": MEMORY_METER,
+        "traces": [Path(p.trace_path).name for p in profiles],
+    }
+    if job is None or job.rank == 0:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        console.print(f"traces: {escape(display(run_dir))}/rank<r>.json (open in https://ui.perfetto.dev)")
+    return 0 if all(row[4] for row in bytes_rows(profiles)) else EXIT_MODEL_MISMATCH

@@ -1,0 +1,107 @@
+"""`bench report RESULT ... --format markdown|html [--out FILE]`: a publishable report of result files.
+
+Sections (bench.report): overview, the seed-shaped tables, the summary-checkpoint ablation with deltas,
+scaling efficiency, the charts, cases not measured, the environment. Markdown links its charts as PNG files
+(written by this command into --charts); HTML is one self-contained file with the charts embedded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+from rich.markup import escape
+
+from bench.commands import common_args
+from bench.console import err_console
+from bench.errors import UserError
+from bench.loader import display, load_suite
+from bench.store import load_result
+
+NAME = "report"
+HELP = (
+    "Write a report of result files: seed-shaped tables, checkpoint ablation, scaling efficiency, "
+    "environment and charts, as markdown or one self-contained HTML file."
+)
+FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="+", metavar="RESULT", help="result files written by `bench run`")
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("markdown", "html"),
+        default=None,
+        help="markdown or html (default: from the --out suffix, else markdown)",
+    )
+    parser.add_argument("--out", metavar="FILE", help="write the report here (default: standard output)")
+    parser.add_argument(
+        "--charts",
+        metavar="DIR",
+        help="markdown only: folder for the chart PNG/SVG files it links (default: <FILE stem>-charts/ "
+        "beside --out; without --out, the suite's plots_dir)",
+    )
+    common_args.add_config(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(args.results, fmt=args.fmt, out=args.out, charts=args.charts, config=args.config)
+
+
+def _format(fmt: str | None, out: str | None) -> str:
+    if fmt is not None:
+        return fmt
+    if out is None:
+        return "markdown"
+    suffix = Path(out).suffix.lower()
+    if suffix not in FORMATS:
+        raise UserError(f"--out {out}: cannot tell the format from '{suffix}'; add --format markdown or html")
+    return FORMATS[suffix]
+
+
+def run(
+    results: Sequence[str],
+    *,
+    fmt: str | None = None,
+    out: str | None = None,
+    charts: str | None = None,
+    config: str | None = None,
+    stdout: TextIO | None = None,
+    console: Console | None = None,
+) -> int:
+    """Build the report of `results` and write it to `out` (or `stdout`); returns 0."""
+    # Imported here: the report draws charts, and matplotlib takes a while to load.
+    from bench.document import MarkdownCharts, render_html, render_markdown
+    from bench.report import build_report, report_runs
+
+    console = console or err_console
+    fmt = _format(fmt, out)
+    if fmt == "html" and charts is not None:
+        raise UserError("--charts is for markdown (HTML embeds its charts); drop it or use --format markdown")
+    paths = [Path(p) for p in results]
+    title, sections = build_report(report_runs([load_result(p) for p in paths], paths))
+    out_path = Path(out) if out else None
+    if fmt == "html":
+        text = render_html(title, sections)
+    else:
+        base = out_path.parent if out_path else Path.cwd()
+        if charts:
+            folder = Path(charts)
+        elif out_path is not None:
+            folder = out_path.parent / f"{out_path.stem}-charts"
+        else:
+            folder = load_suite(config).plots_dir
+        text = render_markdown(title, sections, MarkdownCharts(folder=folder, relative_to=base))
+        console.print(f"charts: {escape(display(folder))}", style="dim")
+    if out_path is None:
+        (stdout or sys.stdout).write(text)
+    else:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(text)
+        console.print(f"report: {escape(display(out_path))}")
+    return 0

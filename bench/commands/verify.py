@@ -1,0 +1,384 @@
+"""`bench verify SCENARIO ...`: the seed's accuracy study (reference PR, sections 1 and 2) as a command.
+
+Layer (default): for every mode x CP degree x dtype x summary checkpoint x sequence length of the scenarios,
+one launch of `cp` ranks runs gdn_cp.accuracy.compare_layer_under_cp for each seed (`--seeds N`: seeds
+seed .. seed + N - 1): output and input gradient (max-abs, max relative to the reference's scale, rel-L2),
+every parameter gradient (the same, present and finite) and the global gradient norm, against the bars of
+the scenario's `thresholds` (bench/thresholds.py; unset bars are the seed's).
+
+Trajectory (`--train [STEPS]`): per case, the hybrid model of the scenario's `train:` section trained with
+AdamW on new random batches every step, the single-rank reference (rank 0, full sequence) against the CP
+model (gradients summed by FSDP2 or an all-reduce), initial weights checked bit-identical before step 0;
+per step the loss and the global gradient norm of both (bench/verification/training.py).
+
+Records go to a result file (RunResult.verifications) with the same environment record as `bench run`.
+Exit code: 0 when every check passed; 3 when a check failed (a metric above its bar, unequal initial
+weights) -- this takes precedence; 2 when no check failed but some case failed to run (a rank raised, died
+or timed out); 1 for a user error; 130 when interrupted. Under torchrun, cases whose cp is not the job's
+world size are skipped (recorded with the reason), as in `bench run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench.commands import common_args
+from bench.commands.run import _device, _launcher, _max_local_ranks, _warn_oversubscription
+from bench.config import Case, Scenario, TrainSettings
+from bench.console import console as default_console
+from bench.env import collect_environment
+from bench.errors import UserError
+from bench.filters import parse_filters
+from bench.launcher import LocalLauncher, Outcome, TorchrunEnv, TorchrunLauncher, torchrun_env
+from bench.loader import ConfigError, Override, Suite, check_cases, display, load_suite, parse_overrides
+from bench.selection import Selection, select
+from bench.store import ResultWriter, RunResult, result_filename
+from bench.verification import (
+    LayerHook,
+    LayerVerification,
+    TrainVerification,
+    Verification,
+    compare_on_rank,
+    print_tables,
+    train_on_rank,
+    verification_tables,
+)
+from gdn_cp.distributed import Platform, resolve_platform
+
+NAME = "verify"
+HELP = (
+    "Verify CP against the single-device reference: the layer per mode with pass/fail bars (--seeds N for a "
+    "sweep), or a training trajectory of the hybrid model (--train STEPS)."
+)
+
+EXIT_CHECK_FAILED = 3
+"""A check failed: a metric above its bar, or initial weights that differ."""
+EXIT_NOT_RUN = 2
+"""No check failed, but some case did not run (as `bench run` reports failed cases)."""
+TRAIN_FROM_SCENARIO = "scenario"
+"""`--train` without a number: the steps of the scenario's `train:` section (train.steps)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common_args.add_scenarios(parser, "scenario names or .yaml paths (e.g. cpu-verify)")
+    common_args.add_device(parser)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="seeds per case (the scenario's seed and the next N-1); N > 1 adds the seed's sweep table",
+    )
+    parser.add_argument(
+        "--train",
+        type=int,
+        nargs="?",
+        const=TRAIN_FROM_SCENARIO,
+        default=None,
+        metavar="STEPS",
+        help="verify a training trajectory of the hybrid model instead of the layer: STEPS AdamW steps "
+        "(default: the scenario's train.steps)",
+    )
+    parser.add_argument(
+        "--output", metavar="FILE", help="result file (default: results/<date>-<branch>-<commit>-verify-...)"
+    )
+    common_args.add_config(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(
+        args.scenarios,
+        sets=args.sets,
+        filters=args.filters,
+        seeds=args.seeds,
+        train=args.train,
+        device=args.device,
+        output=args.output,
+        config=args.config,
+    )
+
+
+def verification_cases(cases: Sequence[Case]) -> list[Case]:
+    """The cases to verify: verify always runs forward and backward, so cases that differ only in their
+    timed pass are one; warmup and repeat (timing) do not apply."""
+    out: dict[str, Case] = {}
+    for c in cases:
+        case = dataclasses.replace(c, pass_="forward_backward", warmup=0, repeat=1)
+        out.setdefault(case.key(), case)
+    return list(out.values())
+
+
+def _train_rank(
+    case: Case, device_kind: str, *, settings: dict[str, TrainSettings], steps: dict[str, int]
+) -> object:
+    """Rank function of `--train`: the settings and steps of the case's scenario (module level: ranks import
+    it)."""
+    return train_on_rank(case, device_kind, settings=settings[case.scenario], steps=steps[case.scenario])
+
+
+def _layer_rank(
+    case: Case, device_kind: str, *, seeds: dict[str, list[int]], layer_hook: LayerHook | None
+) -> object:
+    """Rank function of the layer comparison: the case's scenario's seeds (module level: ranks import it)."""
+    return compare_on_rank(case, device_kind, seeds=seeds[case.scenario], layer_hook=layer_hook)
+
+
+def _check_train(sel: Selection, train: int | str) -> tuple[TrainSettings, int]:
+    """The scenario's train settings and the steps to run; ConfigError when it cannot train its cases."""
+    settings = sel.scenario.train
+    if settings is None:
+        raise ConfigError(
+            f"{display(sel.path)}: train: the scenario has no train: section for --train; add one (its keys "
+            "are bench.config.TrainSettings, e.g. train: {intermediate_size: 256, num_attention_heads: 4})"
+        )
+    heads = settings.num_attention_heads
+    for case in sel.cases:
+        if heads % case.cp:
+            raise ConfigError(
+                f"{display(sel.path)}: train.num_attention_heads: {heads} full-attention heads do not "
+                f"split over cp={case.cp} (case {case.case_id}); choose a multiple of every cp, or --filter "
+                "the case out"
+            )
+    steps = settings.steps if train == TRAIN_FROM_SCENARIO else int(train)
+    if steps < 1:
+        raise UserError(f"--train {train}: give a positive number of steps, e.g. --train 100")
+    return settings, steps
+
+
+def _new_writer(
+    output: str | None,
+    name: str,
+    suite: Suite,
+    selections: Sequence[Selection],
+    platform: Platform,
+    job: TorchrunEnv | None,
+) -> ResultWriter:
+    env = collect_environment(
+        platform,
+        threads_per_rank=suite.config.threads_per_rank,
+        world_sizes=[c.cp for s in selections for c in s.cases],
+        launcher="local" if job is None else "torchrun",
+    )
+    path = (
+        Path(output)
+        if output
+        else suite.results_dir
+        / result_filename(datetime.datetime.now(), env.git_branch, env.git_commit, name)
+    )
+    run = RunResult(
+        name=name,
+        environment=env,
+        suite=suite.config.to_dict(),
+        scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
+    )
+    return ResultWriter(path, run)
+
+
+def _record(
+    case: Case, scenario: Scenario, outcome: Outcome, *, seeds: Sequence[int], steps: int | None
+) -> Verification:
+    """The stored record of one launch."""
+    bars = scenario.bars(case.dtype)
+    if steps is None:
+        return LayerVerification(
+            case=case,
+            status=outcome.status,
+            seeds=list(seeds),
+            comparisons=list(outcome.results or []) if outcome.status == "ok" else [],
+            thresholds=dataclasses.asdict(bars.layer),
+            error=outcome.error,
+            wall_s=outcome.wall_s,
+        )
+    assert scenario.train is not None
+    # a Trajectory's fields are the record's measurement fields (grad_reduction, losses, norms, ...)
+    fields = dataclasses.asdict(outcome.results) if outcome.status == "ok" else {}
+    return TrainVerification(
+        case=case,
+        status=outcome.status,
+        steps=steps,
+        settings=scenario.train.to_dict(),
+        thresholds=dataclasses.asdict(bars.train),
+        error=outcome.error,
+        wall_s=outcome.wall_s,
+        **fields,
+    )
+
+
+def _line(record: Verification) -> str:
+    """One status line per finished case."""
+    case_id = escape(record.case.case_id)
+    wall = f"[dim]{record.wall_s:.1f} s[/]"
+    if record.status != "ok":
+        first = (record.error or "").strip().splitlines()[0] if record.error else ""
+        style = "red" if record.status == "failed" else "yellow"
+        return f"[{style}]{record.status:<7}[/] {case_id:<40} {escape(first)}"
+    if isinstance(record, LayerVerification):
+        failures = [f for _, fs in record.failures() for f in fs]
+        name, stats = max((c.worst_param for c in record.comparisons), key=lambda kv: kv[1].rel_l2)
+        detail = f"worst param rel-L2 {stats.rel_l2:.1e} ({escape(name)})"
+    else:
+        failures = record.failures()
+        loss = max(record.loss_rel, default=0.0)
+        norm = max(record.grad_norm_rel, default=0.0)
+        detail = f"max loss rel {loss:.1e}, grad-norm rel {norm:.1e}"
+    if failures:
+        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        return f"[bold red]FAIL[/]    {case_id:<40} {escape(failures[0])}{more}  {wall}"
+    return f"[green]pass[/]    {case_id:<40} {detail}  {wall}"
+
+
+def exit_code(records: Sequence[Verification]) -> int:
+    """EXIT_CHECK_FAILED if a check failed, else EXIT_NOT_RUN if a case failed to run, else 0 (skipped
+    cases, under torchrun those of another cp, do not count, as in `bench run`)."""
+    if any(r.status == "ok" and not r.passed for r in records):
+        return EXIT_CHECK_FAILED
+    if any(r.status == "failed" for r in records):
+        return EXIT_NOT_RUN
+    return 0
+
+
+def run(
+    scenarios: Sequence[str] = (),
+    *,
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    seeds: int = 1,
+    train: int | str | None = None,
+    device: str | None = None,
+    output: str | None = None,
+    config: str | None = None,
+    layer_hook: LayerHook | None = None,
+    console: Console | None = None,
+) -> int:
+    """Verify the scenarios' cases and write the records; returns the exit code (see the module docstring).
+
+    Args:
+        scenarios: names in the suite's scenarios folder or .yaml paths (at least one)
+        sets: `key=value` overrides of suite or scenario keys (e.g. `thresholds={rel_l2: 0.01}`)
+        filters: --filter expressions (bench.filters)
+        seeds: seeds per case of the layer comparison: the scenario's seed and the next seeds - 1
+        train: None: the layer comparison; else a trajectory of that many steps (TRAIN_FROM_SCENARIO: the
+            scenario's train.steps)
+        device: auto, cpu, cuda or npu; overrides the suite and the scenarios
+        output: result file; default results/<date>-<branch>-<commit>-verify-<scenarios>.json
+        config: bench.yaml path; default ./bench.yaml
+        layer_hook: TEST HOOK: a picklable function applied to every CP layer of the layer comparison
+            (compare_layer_under_cp's layer_hook), to break a mode on purpose; never set by the CLI
+    """
+    console = console or default_console
+    if not scenarios:
+        raise UserError("name the scenario to verify, e.g. `bench verify cpu-verify` (see `bench list`)")
+    if seeds < 1:
+        raise UserError(f"--seeds {seeds}: give a positive number of seeds, e.g. --seeds 100")
+    if train is not None and seeds != 1:
+        raise UserError(
+            "--seeds applies to the layer comparison; --train runs one trajectory per case from the "
+            "scenario's seed (change it with --set seed=N)"
+        )
+    overrides = parse_overrides(sets)
+    if device is not None:
+        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    suite = load_suite(config, overrides)
+    selections = [
+        dataclasses.replace(s, cases=verification_cases(s.cases))
+        for s in select(suite, scenarios, overrides, parse_filters(filters))
+    ]
+    names = [s.scenario.name for s in selections]
+    if not any(s.cases for s in selections):
+        total = sum(s.total for s in selections)
+        raise UserError(
+            f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
+            f"see `bench list {' '.join(names)}` for their fields"
+        )
+    steps_by_scenario: dict[str, int] = {}
+    if train is not None:
+        trained = {s.scenario.name: _check_train(s, train) for s in selections}
+        settings_by_scenario = {name: t[0] for name, t in trained.items()}
+        steps_by_scenario = {name: t[1] for name, t in trained.items()}
+        rank_fn = functools.partial(_train_rank, settings=settings_by_scenario, steps=steps_by_scenario)
+    else:
+        seed_lists = {s.scenario.name: [s.scenario.seed + i for i in range(seeds)] for s in selections}
+        rank_fn = functools.partial(_layer_rank, seeds=seed_lists, layer_hook=layer_hook)
+
+    platform = resolve_platform(_device(suite.config.device, selections))
+    job = torchrun_env()
+    launcher = _launcher(platform, job, suite, rank_fn)
+    for sel in selections:
+        check_cases(
+            sel.path,
+            sel.scenario,
+            sel.cases,
+            platform=platform,
+            ranks_on_host=launcher.ranks_on_host,
+            max_local_ranks=_max_local_ranks(platform, job),
+            overrides=overrides,
+        )
+    leader = job is None or job.rank == 0  # under torchrun only rank 0 prints and writes
+    if not leader:
+        console = Console(quiet=True)
+    name = ("verify-train-" if train is not None else "verify-") + "+".join(names)
+    writer = _new_writer(output, name, suite, selections, platform, job) if leader else None
+    todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
+    if leader:
+        _warn_oversubscription([c for _, c in todo], launcher)
+    try:
+        records = _verify_all(todo, launcher, writer, console, seeds=seeds, steps=steps_by_scenario or None)
+    except KeyboardInterrupt:
+        if writer is not None:
+            console.print(f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}")
+        return 130
+    console.print()
+    print_tables(verification_tables(records), console)
+    if writer is not None:
+        console.print(f"results: {escape(display(writer.path))}")
+    return exit_code(records)
+
+
+def _verify_all(
+    todo: Sequence[tuple[Scenario, Case]],
+    launcher: LocalLauncher | TorchrunLauncher,
+    writer: ResultWriter | None,
+    console: Console,
+    *,
+    seeds: int,
+    steps: dict[str, int] | None,
+) -> list[Verification]:
+    """Launch every case in order under a progress bar; record and print each as it finishes."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    task = progress.add_task("", total=len(todo))
+    records: list[Verification] = []
+    group = launcher.group() if isinstance(launcher, TorchrunLauncher) else contextlib.nullcontext()
+    with group, progress:
+        for scenario, case in todo:
+            progress.update(task, description=escape(case.key()))
+            outcome = launcher.run(case)
+            record = _record(
+                case,
+                scenario,
+                outcome,
+                seeds=[scenario.seed + i for i in range(seeds)],
+                steps=None if steps is None else steps[scenario.name],
+            )
+            if writer is not None:
+                writer.add_verification(record)
+            records.append(record)
+            progress.console.print(_line(record))
+            progress.advance(task)
+    return records

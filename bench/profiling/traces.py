@@ -1,0 +1,283 @@
+"""From Chrome traces (torch.profiler's export_chrome_trace, one per rank) to where each rank's step went.
+
+What the traces hold (checked on torch 2.13, gloo): every torch.distributed call records its c10d op on the
+calling thread (`c10d::alltoall_base_`, `c10d::_allgather_base_`, `c10d::allreduce_`, `c10d::send`,
+`c10d::recv_`, ...; COLLECTIVE_OPS). gloo runs all-to-all, all-gather and all-reduce on its own worker
+threads (`gloo:all_to_all`, `gloo:all_gather`, ...), while the calling thread waits for them; send and recv
+run on the calling thread, inside their c10d op, and `Concrete Inputs` (record_shapes=True) holds the peer.
+
+Definitions, per rank and profiled step (the region `bench.step`; every step starts right after a barrier,
+so times measured from each rank's own step start line up across ranks to within the barrier's exit skew,
+with no need for the ranks' clocks to agree):
+- a collective's blocked interval: from its c10d op's start to the end of that op, or of its backend event
+  when it has one (the i-th c10d op of a kind pairs with the i-th backend event of that kind);
+- waiting: the part of a blocked interval spent before the peers arrived. For a group collective (the i-th
+  call of a kind on every rank is the same collective): from this rank's start to the latest rank's start.
+  For p2p: a receive waits from its start until the matching send (the k-th send from that peer to this
+  rank) starts, and a send waits until the matching receive starts;
+- each collective kind: its blocked time minus its waiting (moving data, and the backend's own work);
+- compute: the step's time outside blocked intervals (kernels, Python, autograd on the calling thread).
+The categories add up to the step time. Averages over the profiled steps are reported.
+
+On cuda and npu the host view differs: NCCL/HCCL collectives are asynchronous on the host, so the calling
+thread does not block in them and their time shows up as compute (the step ends with a device
+synchronize); read the device rows of the trace in Perfetto there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+STEP_LABEL = "bench.step"
+"""The record_function name of one profiled step."""
+
+COLLECTIVE_OPS: dict[str, str] = {
+    "c10d::alltoall_base_": "all_to_all",
+    "c10d::alltoall_": "all_to_all",
+    "c10d::_allgather_base_": "all_gather",
+    "c10d::allgather_": "all_gather",
+    "c10d::allgather_into_tensor_coalesced_": "all_gather",
+    "c10d::allreduce_": "all_reduce",
+    "c10d::allreduce_coalesced_": "all_reduce",
+    "c10d::_reduce_scatter_base_": "reduce_scatter",
+    "c10d::reduce_scatter_": "reduce_scatter",
+    "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "c10d::broadcast_": "broadcast",
+    "c10d::barrier": "barrier",
+    "c10d::send": "p2p",
+    "c10d::recv_": "p2p",
+    "c10d::recv_any_source_": "p2p",
+}
+"""c10d op -> collective kind. all_to_all includes the p2p/all_gather modes' Conv1D halo exchange (an
+all-to-all-v: the backend cannot tell it from Ulysses'); the bytes table (comm_stats) separates them."""
+
+BACKEND_EVENTS: dict[str, str] = {
+    "gloo:all_to_all": "all_to_all",
+    "gloo:all_gather": "all_gather",
+    "gloo:all_reduce": "all_reduce",
+    "gloo:allreduce": "all_reduce",
+    "gloo:reduce_scatter": "reduce_scatter",
+    "gloo:broadcast": "broadcast",
+    "gloo:barrier": "barrier",
+}
+"""Events gloo records on its worker threads for the asynchronous collectives, by kind."""
+
+PEER_ARG = 2
+"""Index of the peer rank in `Concrete Inputs` of c10d::send / c10d::recv_ (tensors, group, peer, tag)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective call on one rank, in microseconds from the start of its step on that rank."""
+
+    kind: str
+    """all_to_all, all_gather, p2p, all_reduce, ... (COLLECTIVE_OPS)."""
+    op: str
+    """The c10d op name."""
+    start_us: float
+    end_us: float
+    """End of the blocked interval."""
+    peer: int | None = None
+    """p2p: the other rank (None when the trace does not say)."""
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+    @property
+    def is_send(self) -> bool:
+        return self.op == "c10d::send"
+
+
+@dataclass(slots=True)
+class StepTimeline:
+    duration_us: float
+    collectives: list[Collective] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RankTimeline:
+    """What the breakdown needs from one rank's trace (small and picklable: ranks gather it)."""
+
+    rank: int
+    steps: list[StepTimeline] = field(default_factory=list)
+    unpaired: int = 0
+    """Asynchronous c10d ops in the steps without a backend event to pair with (their blocked time is then
+    the op's own: on nccl/hccl, or when the profiler dropped the event)."""
+
+
+def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e and "ts" in e]
+
+
+def _peer(event: dict[str, Any]) -> int | None:
+    inputs = (event.get("args") or {}).get("Concrete Inputs") or []
+    try:
+        return int(inputs[PEER_ARG])
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
+    """The profiled steps of one rank's Chrome trace and the collectives inside each."""
+    events = _x_events(trace)
+    steps = sorted((e for e in events if e["name"] == STEP_LABEL), key=lambda e: float(e["ts"]))
+    timeline = RankTimeline(rank=rank)
+    if not steps:
+        return timeline
+    main = steps[0].get("tid")
+    ops = sorted(
+        (e for e in events if e["name"] in COLLECTIVE_OPS and e.get("tid") == main),
+        key=lambda e: float(e["ts"]),
+    )
+    backend: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in sorted((e for e in events if e["name"] in BACKEND_EVENTS), key=lambda e: float(e["ts"])):
+        backend[BACKEND_EVENTS[e["name"]]].append(e)
+    # Pair the i-th asynchronous op of a kind with the i-th backend event of that kind (same order: the
+    # calling thread waits for each before it issues the next).
+    taken: dict[str, int] = defaultdict(int)
+    ends: dict[int, float] = {}
+    unpaired: set[int] = set()
+    for i, op in enumerate(ops):
+        kind = COLLECTIVE_OPS[op["name"]]
+        end = float(op["ts"]) + float(op["dur"])
+        if kind != "p2p":
+            if taken[kind] < len(backend[kind]):
+                event = backend[kind][taken[kind]]
+                taken[kind] += 1
+                end = max(end, float(event["ts"]) + float(event["dur"]))
+            else:
+                unpaired.add(i)
+        ends[i] = end
+    for step in steps:
+        start, stop = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+        st = StepTimeline(duration_us=float(step["dur"]))
+        for i, op in enumerate(ops):
+            t = float(op["ts"])
+            if start <= t < stop:
+                kind = COLLECTIVE_OPS[op["name"]]
+                timeline.unpaired += i in unpaired
+                st.collectives.append(
+                    Collective(
+                        kind=kind,
+                        op=op["name"],
+                        start_us=t - start,
+                        end_us=min(ends[i], stop) - start,
+                        peer=_peer(op) if kind == "p2p" else None,
+                    )
+                )
+        timeline.steps.append(st)
+    return timeline
+
+
+@dataclass(kw_only=True, slots=True)
+class RankBreakdown:
+    """Where one rank's step went, in microseconds, averaged over the profiled steps."""
+
+    rank: int
+    step_us: float
+    compute_us: float
+    collectives_us: dict[str, float] = field(default_factory=dict)
+    """Per kind: blocked time minus waiting."""
+    waiting_us: float = 0.0
+
+    def categories(self) -> dict[str, float]:
+        """compute, each collective kind, waiting: they add up to step_us."""
+        return {"compute": self.compute_us, **self.collectives_us, "waiting": self.waiting_us}
+
+
+def _waits(timelines: Sequence[RankTimeline], s: int) -> dict[tuple[int, int], float]:
+    """(rank, index of the collective in step s) -> waiting time, for the collectives that can be matched."""
+    waits: dict[tuple[int, int], float] = {}
+    per_rank = [list(enumerate(t.steps[s].collectives)) for t in timelines]
+    # group collectives: the i-th call of a kind is the same collective on every rank
+    kinds = {c.kind for calls in per_rank for _, c in calls if c.kind != "p2p"}
+    for kind in kinds:
+        lists = [[(i, c) for i, c in calls if c.kind == kind] for calls in per_rank]
+        if len({len(x) for x in lists}) != 1:
+            continue  # the ranks disagree on how many there were: leave them unmatched
+        for calls in zip(*lists, strict=True):
+            latest = max(c.start_us for _, c in calls)
+            for rank, (i, c) in enumerate(calls):
+                waits[(rank, i)] = min(max(0.0, latest - c.start_us), c.duration_us)
+    # p2p: the k-th send from a to b matches the k-th receive on b from a
+    sends: dict[tuple[int, int], list[tuple[int, Collective]]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[tuple[int, Collective]]] = defaultdict(list)
+    for rank, calls in enumerate(per_rank):
+        for i, c in calls:
+            if c.kind == "p2p" and c.peer is not None:
+                (sends[(rank, c.peer)] if c.is_send else recvs[(c.peer, rank)]).append((i, c))
+    for (src, dst), sent in sends.items():
+        for (i, send), (j, recv) in zip(sent, recvs.get((src, dst), []), strict=False):
+            waits[(dst, j)] = min(max(0.0, send.start_us - recv.start_us), recv.duration_us)
+            waits[(src, i)] = min(max(0.0, recv.start_us - send.start_us), send.duration_us)
+    return waits
+
+
+def breakdown(timelines: Sequence[RankTimeline]) -> list[RankBreakdown]:
+    """Per rank, the mean over steps of compute, each collective kind and waiting (module docstring).
+
+    `timelines`: one per rank of the group, any order (matched by rank: p2p peers are group ranks)."""
+    timelines = sorted(timelines, key=lambda t: t.rank)
+    if [t.rank for t in timelines] != list(range(len(timelines))):
+        raise ValueError(f"need one timeline per rank 0..n-1, got ranks {[t.rank for t in timelines]}")
+    n_steps = min((len(t.steps) for t in timelines), default=0)
+    totals = [RankBreakdown(rank=t.rank, step_us=0.0, compute_us=0.0) for t in timelines]
+    for s in range(n_steps):
+        waits = _waits(timelines, s)
+        for r, t in enumerate(timelines):
+            step = t.steps[s]
+            out = totals[r]
+            out.step_us += step.duration_us
+            blocked = 0.0
+            for i, c in enumerate(step.collectives):
+                wait = waits.get((r, i), 0.0)
+                blocked += c.duration_us
+                out.waiting_us += wait
+                out.collectives_us[c.kind] = out.collectives_us.get(c.kind, 0.0) + c.duration_us - wait
+            out.compute_us += max(0.0, step.duration_us - blocked)
+    if n_steps:
+        for out in totals:
+            out.step_us /= n_steps
+            out.compute_us /= n_steps
+            out.waiting_us /= n_steps
+            out.collectives_us = {k: v / n_steps for k, v in sorted(out.collectives_us.items())}
+    return totals
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """The rank with the longest step, and the category that makes it longest."""
+
+    rank: int
+    step_us: float
+    excess_us: float
+    """Its step time minus the mean of the other ranks'."""
+    phase: str
+    """The category whose time exceeds the other ranks' mean the most."""
+    phase_excess_us: float
+
+
+def straggler(breakdowns: Sequence[RankBreakdown]) -> Straggler | None:
+    """The straggler and the phase behind the rank-max; None with fewer than two ranks."""
+    if len(breakdowns) < 2:
+        return None
+    slow = max(breakdowns, key=lambda b: b.step_us)
+    others = [b for b in breakdowns if b.rank != slow.rank]
+    categories = sorted({k for b in breakdowns for k in b.categories()})
+
+    def mean_other(key: str) -> float:
+        return sum(b.categories().get(key, 0.0) for b in others) / len(others)
+
+    excess = {k: slow.categories().get(k, 0.0) - mean_other(k) for k in categories}
+    phase = max(excess, key=lambda k: excess[k])
+    return Straggler(
+        rank=slow.rank,
+        step_us=slow.step_us,
+        excess_us=slow.step_us - sum(b.step_us for b in others) / len(others),
+        phase=phase,
+        phase_excess_us=excess[phase],
+    )

@@ -1,0 +1,348 @@
+"""Verification tables, built once as plain cells and rendered twice: rich (the terminal) and markdown
+(`verification_markdown`, which `bench report` embeds).
+
+Per layer group (scenario, CP degree, dtype, sequence length): the seed's table, mode | output max abs |
+input-grad max abs | input-grad rel-L2 | worst param (name) rel-L2 | grad-norm rel diff | pass, each cell the
+maximum over the case's seeds, and the failing metrics by name. With several seeds also the seed's sweep
+table, metric | N-seed maximum | threshold | margin, and which parameter had the smallest reference gradient.
+Per trajectory group: mode | max loss abs | max loss rel | max grad-norm abs | max grad-norm rel | error
+growth | pass, whether the initial weights were identical, and per step (short runs) both models' numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bench.tables import format_checkpoint, format_tokens
+from bench.thresholds import TrainThresholds
+from bench.verification.records import GROWTH_FACTOR, LayerVerification, TrainVerification, Verification
+from bench.verification.summary import (
+    GroupKey,
+    LayerGroup,
+    TrainGroup,
+    layer_groups,
+    not_verified,
+    smallest_reference_gradient,
+    sweep_rows,
+    train_groups,
+)
+
+if TYPE_CHECKING:
+    from bench.store import RunResult
+
+MAX_LISTED_FAILURES = 6
+"""Failing metrics listed per case and seed; the rest are counted."""
+PER_STEP_TABLE_STEPS = 10
+"""Trajectories of at most this many steps also get a per-step table."""
+
+
+def sci(x: float) -> str:
+    """The seed's number format: 4.0091e-03."""
+    return f"{x:.4e}"
+
+
+def margin(x: float) -> str:
+    return "inf" if x == float("inf") else f"{x:.1f}x"
+
+
+@dataclass(kw_only=True, slots=True)
+class TableData:
+    """A table as text cells, independent of how it is printed."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    numeric: set[int] = field(default_factory=set)
+    """Columns justified right."""
+    notes: list[str] = field(default_factory=list)
+    """Lines printed under the table."""
+    verdict_column: int | None = None
+    """A column of pass/FAIL cells, coloured in the terminal."""
+
+
+def _dims(key: GroupKey, record: Verification) -> str:
+    c = record.case
+    return (
+        f"{_short(key)}, batch {key.batch} "
+        f"(hidden {c.hidden_size}, K/V heads {c.num_k_heads}/{c.num_v_heads}, "
+        f"head dims {c.head_k_dim}/{c.head_v_dim})"
+    )
+
+
+def _short(key: GroupKey) -> str:
+    return f"{key.scenario}: CP{key.cp}, {key.dtype}, global seq {format_tokens(key.seq_len)}"
+
+
+def _verdict(passed: bool) -> str:
+    return "pass" if passed else "FAIL"
+
+
+def _failure_lines(record: LayerVerification) -> list[str]:
+    lines = []
+    for seed, failures in record.failures():
+        shown = "; ".join(failures[:MAX_LISTED_FAILURES])
+        more = len(failures) - MAX_LISTED_FAILURES
+        lines.append(
+            f"FAIL {record.case.case_id} seed {seed}: {shown}" + (f" (and {more} more)" if more > 0 else "")
+        )
+    return lines
+
+
+def layer_table(group: LayerGroup) -> TableData:
+    seeds = group.seeds
+    seeds_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds, max over seeds"
+    headers = ["mode"]
+    if group.shows_checkpoint:
+        headers.append("summary ckpt")
+    headers += [
+        "output max abs",
+        "input-grad max abs",
+        "input-grad rel-L2",
+        "worst param (name) rel-L2",
+        "grad-norm rel diff",
+        "pass",
+    ]
+    table = TableData(
+        title=f"{_dims(group.key, group.rows[0].record)}; {seeds_text}",
+        headers=headers,
+        numeric=set(range(len(headers) - 6, len(headers) - 1)),
+        verdict_column=len(headers) - 1,
+    )
+    for row in group.rows:
+        cells = [row.record.case.mode]
+        if group.shows_checkpoint:
+            cells.append(format_checkpoint(row.record.case.checkpoint))
+        cells += [
+            sci(row.output_max_abs),
+            sci(row.input_grad_max_abs),
+            sci(row.input_grad_rel_l2),
+            f"{sci(row.worst_param_rel_l2)} ({row.worst_param})",
+            sci(row.grad_norm_rel),
+            _verdict(row.record.passed),
+        ]
+        table.rows.append(cells)
+        table.notes += _failure_lines(row.record)
+    t = group.thresholds
+    table.notes.append(
+        f"bars: output/input max abs <= {t.output_max_abs:g} / {t.input_grad_max_abs:g}, max/ref abs-max <= "
+        f"{t.rel_max:g}, rel-L2 <= {t.rel_l2:g}; every param grad: max/ref abs-max <= {t.param_rel_max:g}, "
+        f"rel-L2 <= {t.param_rel_l2:g}, present and finite; grad-norm rel diff <= {t.grad_norm_rel:g}"
+    )
+    return table
+
+
+def sweep_table(group: LayerGroup) -> TableData:
+    comparisons = group.comparisons
+    n = len(group.seeds)
+    modes = ", ".join(dict.fromkeys(r.record.case.mode for r in group.rows))
+    failed = sum(len(r.record.failures()) for r in group.rows)
+    table = TableData(
+        title=f"{_short(group.key)}: {n}-seed sweep over {modes}",
+        headers=["metric", f"{n}-seed maximum", "threshold", "margin"],
+        numeric={1, 2, 3},
+    )
+    for row in sweep_rows(comparisons, group.thresholds):
+        table.rows.append([row.metric, sci(row.maximum), f"{row.threshold:g}", margin(row.margin)])
+    verdict = "all passed" if failed == 0 else f"{failed} failed"
+    table.notes.append(
+        f"{len(comparisons)} forward+backward comparisons ({n} seeds x {len(group.rows)} cases): {verdict}"
+    )
+    smallest = smallest_reference_gradient(comparisons)
+    if smallest is not None:
+        l2 = (
+            f"min L2 norm {sci(smallest.min_l2)} ({smallest.min_l2_param})"
+            if smallest.min_l2 is not None
+            else "min L2 norm not recorded (needs gdn_cp.accuracy.ErrorStats.ref_l2)"
+        )
+        table.notes.append(
+            f"smallest reference parameter gradient: min max-abs {sci(smallest.min_absmax)} "
+            f"({smallest.min_absmax_param}), {l2}"
+        )
+        table.notes.append(
+            f"raw param-grad max-abs error (diagnostic, not a bar): {sci(smallest.max_param_abs_error)} "
+            f"({smallest.max_param_abs_error_param})"
+        )
+    return table
+
+
+def _growth(record: TrainVerification) -> str:
+    loss, norm = record.loss_growth, record.grad_norm_growth
+    if loss is None or norm is None:
+        return "n/a (< 3 steps)"
+    word = "grows" if record.grows else "flat"
+    return f"{word} (loss x{loss:.2f}, grad norm x{norm:.2f})"
+
+
+def train_table(group: TrainGroup) -> TableData:
+    first = group.records[0]
+    s = first.settings
+    reductions = "/".join(sorted({r.grad_reduction or "?" for r in group.records}))
+    headers = ["mode"]
+    if group.shows_checkpoint:
+        headers.append("summary ckpt")
+    headers += [
+        "max loss abs",
+        "max loss rel",
+        "max grad-norm abs",
+        "max grad-norm rel",
+        "error growth (last/first third)",
+        "pass",
+    ]
+    table = TableData(
+        title=(
+            f"{_dims(group.key, first)}: {group.steps}-step training, layers "
+            f"{'/'.join(t.split('_')[0] for t in s.get('layer_types', []))}, AdamW lr {s.get('lr'):g} "
+            f"wd {s.get('weight_decay'):g}, gradients summed by {reductions}"
+        ),
+        headers=headers,
+        numeric=set(range(len(headers) - 6, len(headers) - 2)),
+        verdict_column=len(headers) - 1,
+    )
+    for r in group.records:
+        cells = [r.case.mode]
+        if group.shows_checkpoint:
+            cells.append(format_checkpoint(r.case.checkpoint))
+        cells += [
+            sci(max(r.loss_abs, default=0.0)),
+            sci(max(r.loss_rel, default=0.0)),
+            sci(max(r.grad_norm_abs, default=0.0)),
+            sci(max(r.grad_norm_rel, default=0.0)),
+            _growth(r),
+            _verdict(r.passed),
+        ]
+        table.rows.append(cells)
+        table.notes += [f"FAIL {r.case.case_id}: {f}" for f in r.failures()]
+    mismatched = [r for r in group.records if r.mismatched_params]
+    if mismatched:
+        table.notes += [
+            f"initial weights DIFFER in {r.case.case_id}: {', '.join(r.mismatched_params)}"
+            for r in mismatched
+        ]
+    else:
+        checked = sorted({r.params_checked for r in group.records})
+        table.notes.append(
+            f"initial weights: all {'/'.join(map(str, checked))} parameter tensors bit-identical to the "
+            "reference's before step 0, in every case"
+        )
+    bars = TrainThresholds(**first.thresholds)
+    table.notes.append(
+        f"bars: max loss rel <= {bars.loss_rel:g}, max grad-norm rel <= {bars.grad_norm_rel:g}; error "
+        "growth: "
+        f"max relative error over the last third of the steps / over the first third, 'grows' above "
+        f"x{GROWTH_FACTOR:g} (reported, not a bar)"
+    )
+    return table
+
+
+def per_step_table(group: TrainGroup) -> TableData:
+    table = TableData(
+        title=f"{_short(group.key)}: per step",
+        headers=[
+            "mode",
+            "step",
+            "ref loss",
+            "cp loss",
+            "loss rel",
+            "ref grad norm",
+            "cp grad norm",
+            "grad-norm rel",
+        ],
+        numeric=set(range(1, 8)),
+    )
+    for r in group.records:
+        for i, values in enumerate(
+            zip(
+                r.ref_loss,
+                r.cp_loss,
+                r.loss_rel,
+                r.ref_grad_norm,
+                r.cp_grad_norm,
+                r.grad_norm_rel,
+                strict=True,
+            )
+        ):
+            mode = r.case.mode + ("" if r.case.checkpoint is not False else " (no ckpt)")
+            table.rows.append([mode if i == 0 else "", str(i), *(sci(v) for v in values)])
+    return table
+
+
+def not_verified_table(records: Sequence[Verification]) -> TableData | None:
+    failed = not_verified(records)
+    if not failed:
+        return None
+    table = TableData(
+        title="not verified (the case did not run)", headers=["check", "case", "status", "reason"]
+    )
+    for r in failed:
+        reason = (r.error or "").strip().splitlines()[0] if r.error else ""
+        table.rows.append([r.kind, r.case.key(), r.status, reason])
+    return table
+
+
+def verification_tables(records: Sequence[Verification]) -> list[TableData]:
+    """Every table for `records`, in order: per layer group its table (and sweep), trajectories, failures."""
+    out: list[TableData] = []
+    for group in layer_groups(records):
+        out.append(layer_table(group))
+        if len(group.seeds) > 1:
+            out.append(sweep_table(group))
+    for group in train_groups(records):
+        out.append(train_table(group))
+        if group.steps <= PER_STEP_TABLE_STEPS:
+            out.append(per_step_table(group))
+    missing = not_verified_table(records)
+    if missing is not None:
+        out.append(missing)
+    return out
+
+
+def to_rich(table: TableData) -> Table:
+    t = Table(title=escape(table.title), title_justify="left")
+    for i, header in enumerate(table.headers):
+        t.add_column(escape(header), justify="right" if i in table.numeric else "left")
+    for row in table.rows:
+        cells = [escape(c) for c in row]
+        if table.verdict_column is not None:
+            v = row[table.verdict_column]
+            cells[table.verdict_column] = f"[green]{v}[/]" if v == "pass" else f"[bold red]{v}[/]"
+        t.add_row(*cells)
+    return t
+
+
+def print_tables(tables: Sequence[TableData], console: Console) -> None:
+    for table in tables:
+        console.print(to_rich(table))
+        for note in table.notes:
+            style = "red" if note.startswith(("FAIL", "initial weights DIFFER")) else "dim"
+            console.print(escape(note), style=style, soft_wrap=True)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def to_markdown(table: TableData) -> str:
+    lines = [f"**{_md_cell(table.title)}**", ""]
+    lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
+    lines.append(
+        "|" + "|".join("---:" if i in table.numeric else "---" for i in range(len(table.headers))) + "|"
+    )
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    if table.notes:
+        lines.append("")
+        lines += [f"- {note}" for note in table.notes]
+    return "\n".join(lines)
+
+
+def verification_markdown(run: RunResult) -> str:
+    """A run's verification records as markdown: the tables above with their notes ("" when it has none).
+
+    `bench report` embeds this; `run` is a result file read with bench.store.load_result."""
+    tables = verification_tables(run.verifications)
+    return "\n\n".join(to_markdown(t) for t in tables) + ("\n" if tables else "")

@@ -1,0 +1,219 @@
+"""What every rank of `bench verify --train` runs: the seed's trajectory study (reference PR, section 2).
+
+The hybrid model (gdn_cp.models.Qwen35Hybrid, 3 linear : 1 full attention by default) is built from one seed
+on every rank; rank 0 keeps a copy as the single-rank reference, which runs on the full sequence. The CP
+model is put under context parallelism over all ranks of the launch (GDN layers in the case's mode, full
+attention by Ulysses), and its parameter gradients are summed over the ranks:
+
+- fsdp2: `torch.distributed.fsdp.fully_shard` on every decoder layer and the root, over a 1-D DeviceMesh of
+  the CP ranks. The model's loss on a rank is its share of the global mean, so the partial gradients must be
+  SUMMED; FSDP2 averages by default, so every FSDP module gets a gradient divide factor of 1
+  (`set_gradient_divide_factor`, `set_reduce_scatter_divide_factor` before torch 2.7) and, where torch has
+  it, `set_force_sum_reduction_for_comms(True)`: a plain SUM reduce-scatter (gloo has no PREMUL_SUM).
+- all_reduce: gdn_cp.distributed.all_reduce_gradients after backward.
+
+Before step 0 every parameter of the CP model (gathered to full size under FSDP2) is compared with the
+reference's, bit for bit. Each step draws a new random batch (the same on every rank and for both models),
+runs forward and backward, records the global loss and the global gradient norm of both models, then steps
+AdamW on both.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bench.config import Case, TrainSettings
+from gdn_cp.distributed import all_reduce_gradients, resolve_platform, shard_sequence
+from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
+
+
+@dataclass(kw_only=True, slots=True)
+class Trajectory:
+    """What one trajectory run measured (identical on every rank)."""
+
+    grad_reduction: str
+    """fsdp2 or all_reduce: how CP gradients were summed."""
+    params_checked: int
+    """Parameter tensors compared before step 0."""
+    mismatched_params: list[str] = field(default_factory=list)
+    """Parameters not bit-identical to the reference's before step 0."""
+    ref_loss: list[float] = field(default_factory=list)
+    cp_loss: list[float] = field(default_factory=list)
+    ref_grad_norm: list[float] = field(default_factory=list)
+    cp_grad_norm: list[float] = field(default_factory=list)
+
+
+def hybrid_config(case: Case, settings: TrainSettings) -> Qwen35HybridConfig:
+    """The hybrid model of a case: the GDN layers from the case, the rest from the train settings."""
+    return Qwen35HybridConfig(
+        vocab_size=settings.vocab_size,
+        hidden_size=case.hidden_size,
+        intermediate_size=settings.intermediate_size,
+        layer_types=tuple(settings.layer_types),
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        head_dim=settings.head_dim,
+        linear_num_key_heads=case.num_k_heads,
+        linear_num_value_heads=case.num_v_heads,
+        linear_key_head_dim=case.head_k_dim,
+        linear_value_head_dim=case.head_v_dim,
+        linear_conv_kernel_dim=case.conv_kernel_size,
+        chunk_size=case.chunk_size,
+        dtype=case.dtype,
+    )
+
+
+def fsdp2_available() -> bool:
+    """Whether this torch has FSDP2 (`torch.distributed.fsdp.fully_shard`)."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_grad_reduction(setting: str) -> str:
+    """auto -> fsdp2 where torch has it, else all_reduce; fsdp2 and all_reduce stay."""
+    if setting != "auto":
+        return setting
+    return "fsdp2" if fsdp2_available() else "all_reduce"
+
+
+def shard_with_fsdp2(model: Qwen35Hybrid, mesh) -> None:
+    """fully_shard every decoder layer and the root over `mesh`, with gradients summed (not averaged)."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            divide = getattr(module, "set_gradient_divide_factor", None)
+            (divide or module.set_reduce_scatter_divide_factor)(1.0)
+            force_sum = getattr(module, "set_force_sum_reduction_for_comms", None)
+            if force_sum is not None:
+                force_sum(True)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2 parameters and gradients), else the tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    """The full tensor of a (possibly FSDP2-sharded) parameter; a collective under FSDP2."""
+    full_tensor = getattr(p, "full_tensor", None)
+    return (full_tensor() if full_tensor is not None else p).detach()
+
+
+def _norm_dtype(device: torch.device) -> torch.dtype:
+    """fp64 for gradient norms where the device has it (cpu, cuda); npu sums squares in fp32."""
+    return torch.float32 if device.type == "npu" else torch.float64
+
+
+def grad_norm(model: nn.Module, *, sharded: bool) -> float:
+    """The global L2 norm of the gradients; `sharded`: each rank holds a shard, summed over the group."""
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=_norm_dtype(device), device=device)
+    for p in model.parameters():
+        if p.grad is not None:
+            total += _local(p.grad).to(total.dtype).pow(2).sum()
+    if sharded:
+        dist.all_reduce(total)
+    return math.sqrt(total.item())
+
+
+def _mismatched(model: nn.Module, reference: nn.Module | None) -> tuple[int, list[str]]:
+    """(parameters compared, names not bit-identical): every rank gathers each parameter, rank 0 (holding
+    `reference`) compares."""
+    ref_params = dict(reference.named_parameters()) if reference is not None else {}
+    checked, bad = 0, []
+    for name, p in model.named_parameters():
+        full = _full(p)
+        checked += 1
+        if reference is not None:
+            ref = ref_params.get(name)
+            if ref is None or ref.shape != full.shape or not torch.equal(full, ref.detach()):
+                bad.append(name)
+    if reference is not None:
+        bad += sorted(set(ref_params) - {n for n, _ in model.named_parameters()})
+    return checked, bad
+
+
+def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, steps: int) -> Trajectory:
+    """Train the reference (rank 0) and the CP model (all ranks) for `steps` steps; see the module docstring.
+
+    Args:
+        case: mode, checkpoint, cp (the group's size), seq_len, batch, dtype, seed and the GDN dims
+        device_kind: the launch's device (cpu, cuda, npu)
+        settings: the model and optimizer (bench.config.TrainSettings)
+        steps: optimizer steps
+    Returns:
+        The per-step losses and gradient norms of both models, identical on every rank.
+    """
+    platform = resolve_platform(device_kind)
+    device = platform.device(int(os.environ.get("LOCAL_RANK", "0")))
+    rank, cp = dist.get_rank(), dist.get_world_size()
+    config = hybrid_config(case, settings)
+    torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
+    model = Qwen35Hybrid(config).to(device)
+    reference = copy.deepcopy(model) if rank == 0 else None
+
+    reduction = resolve_grad_reduction(settings.grad_reduction)
+    if reduction == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(platform.device_type, (cp,), mesh_dim_names=("cp",))
+        apply_context_parallel(
+            model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
+        )
+        shard_with_fsdp2(model, mesh)
+    else:
+        apply_context_parallel(
+            model, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
+        )
+    checked, mismatched = _mismatched(model, reference)
+
+    def adamw(m: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(m.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+
+    optimizer = adamw(model)
+    ref_optimizer = adamw(reference) if reference is not None else None
+    out = Trajectory(grad_reduction=reduction, params_checked=checked, mismatched_params=mismatched)
+    generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
+    for _ in range(steps):
+        tokens = torch.randint(0, config.vocab_size, (case.batch, case.seq_len + 1), generator=generator)
+        inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)  # labels: the next token
+
+        result = model(shard_sequence(inputs), shard_sequence(labels))
+        assert result.loss is not None
+        result.loss.backward()
+        if reduction == "all_reduce":
+            all_reduce_gradients(model.parameters())
+        loss = result.loss.detach().float().clone()
+        dist.all_reduce(loss)  # the ranks' shares sum to the global mean
+        out.cp_loss.append(loss.item())
+        out.cp_grad_norm.append(grad_norm(model, sharded=reduction == "fsdp2"))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        if reference is not None and ref_optimizer is not None:
+            ref_result = reference(inputs, labels)
+            assert ref_result.loss is not None
+            ref_result.loss.backward()
+            out.ref_loss.append(ref_result.loss.detach().float().item())
+            out.ref_grad_norm.append(grad_norm(reference, sharded=False))
+            ref_optimizer.step()
+            ref_optimizer.zero_grad(set_to_none=True)
+
+    shared = [out]
+    dist.broadcast_object_list(shared, src=0)  # rank 0 holds the reference's numbers
+    return shared[0]

@@ -1,0 +1,555 @@
+"""`bench compare`: verdicts on synthetic results with known outcomes, comparability, exit codes, markdown,
+the alternating A/B runner, and one real comparison of two git refs in a temporary clone."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from rich.console import Console
+
+from bench.cli import main
+from bench.commands import compare
+from bench.comparison import comparability, compare_runs, min_p_value
+from bench.config import Case
+from bench.env import Environment
+from bench.errors import UserError
+from bench.gitrefs import RefSide, resolve_side
+from bench.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
+from bench.store import CaseResult, MemoryResult, RunResult, load_result, save_result
+from bench.timing import summarize
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
+REPO = Path(__file__).resolve().parents[2]
+IN_GIT = pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the project's git checkout")
+
+SCENARIO = {
+    "name": "synthetic",
+    "description": "made up",
+    "device": None,
+    "hidden_size": 32,
+    "num_k_heads": 2,
+    "num_v_heads": 4,
+    "head_k_dim": 8,
+    "head_v_dim": 8,
+    "conv_kernel_size": 4,
+    "chunk_size": 8,
+    "dtype": "fp32",
+    "batch": 1,
+    "seed": 0,
+    "warmup": 1,
+    "repeat": 10,
+    "sweeps": [],
+    "cp": [2],
+    "seq_len": [64],
+    "mode": ["ulysses", "p2p"],
+    "checkpoint": [True],
+    "pass": ["forward"],
+}
+
+
+def environment(**changes) -> Environment:
+    env = Environment(
+        git_commit="a" * 40,
+        git_branch="main",
+        git_dirty=False,
+        python_version="3.11.7",
+        torch_version="2.13.0+cpu",
+        torch_npu_version=None,
+        device_type="cpu",
+        device_name="x86_64",
+        backend="gloo",
+        hostname="vm",
+        cpu_model="Intel(R) Xeon(R) Processor",
+        cpu_count=2,
+        threads_per_rank=None,
+        world_sizes=[2],
+        launcher="local",
+    )
+    return dataclasses.replace(env, **changes)
+
+
+def case(mode: str = "p2p", seq_len: int = 64, warmup: int = 1) -> Case:
+    return Case(
+        scenario="synthetic",
+        mode=mode,
+        checkpoint=None if mode == "ulysses" else True,
+        cp=2,
+        seq_len=seq_len,
+        pass_="forward",
+        hidden_size=32,
+        num_k_heads=2,
+        num_v_heads=4,
+        head_k_dim=8,
+        head_v_dim=8,
+        conv_kernel_size=4,
+        chunk_size=8,
+        dtype="fp32",
+        batch=1,
+        seed=0,
+        warmup=warmup,
+        repeat=10,
+    )
+
+
+def ok(
+    c: Case, median_ms: float, *, spread: float = 0.01, seed: int = 0, repeats: int = 10, mib: float = 10.0
+):
+    """An ok result whose rank-max samples scatter by `spread` (relative) around `median_ms`."""
+    rng = np.random.default_rng(seed)
+    rank0 = (median_ms / 1e3 * (1 + spread * rng.standard_normal(repeats))).tolist()
+    samples = [rank0, [x * 0.9 for x in rank0]]  # rank 1 is faster: rank-max is rank 0
+    peak = int(mib * 2**20)
+    return CaseResult(
+        case=c,
+        status="ok",
+        samples_s=samples,
+        timing=summarize(samples),
+        memory=MemoryResult(
+            peak_bytes=peak, per_rank_bytes=[peak, peak], baseline_bytes=[0, 0], meter="test"
+        ),
+        threads_per_rank=1,
+    )
+
+
+def run_of(*results: CaseResult, env: Environment | None = None, **scenario_changes) -> RunResult:
+    return RunResult(
+        name="synthetic",
+        environment=env or environment(),
+        suite={},
+        scenarios={"synthetic": {**SCENARIO, **scenario_changes}},
+        cases=list(results),
+    )
+
+
+def test_verdicts_from_known_outcomes():
+    base = run_of(
+        ok(case("ulysses", 64), 100, seed=1),
+        ok(case("p2p", 64), 100, seed=2),
+        ok(case("ulysses", 128), 100, seed=3),
+    )
+    head = run_of(
+        ok(case("ulysses", 64), 70, seed=4),  # clearly faster
+        ok(case("p2p", 64), 140, seed=5, mib=12.0),  # clearly slower, more memory
+        ok(case("ulysses", 128), 100, spread=0.05, seed=6),  # the same, noisy
+        env=environment(git_commit="b" * 40),  # another commit is what is compared, not a mismatch
+    )
+    result = compare_runs(base, head)
+    verdicts = {c.key.split("/")[1]: c for c in result.cases}
+    faster, slower, noise = (
+        verdicts[k] for k in ("ulysses-cp2-T64-fwd", "p2p-ckpt-cp2-T64-fwd", "ulysses-cp2-T128-fwd")
+    )
+    assert (
+        faster.verdict == "better" and faster.ratio == pytest.approx(0.7, rel=0.03) and faster.p_value < 0.001
+    )
+    assert slower.verdict == "worse" and slower.ratio == pytest.approx(1.4, rel=0.03)
+    assert slower.memory_delta_mib == pytest.approx(2.0) and slower.memory_delta_pct == pytest.approx(20.0)
+    assert noise.verdict == "~" and abs(noise.ratio - 1) < 0.1
+    assert result.summary() == "1 better, 1 worse, 1 ~, 0 not comparable"
+
+
+def test_a_large_ratio_from_few_repeats_is_not_a_verdict():
+    base = run_of(ok(case(), 100, repeats=3))
+    head = run_of(ok(case(), 200, repeats=3, seed=1))
+    (c,) = compare_runs(base, head).cases
+    assert c.ratio == pytest.approx(2.0, rel=0.05)
+    assert c.p_value == pytest.approx(min_p_value(3, 3)) and c.p_value > 0.05  # the exact test's floor: 0.1
+    assert c.verdict == "~"
+
+
+def test_a_small_significant_change_is_not_a_verdict():
+    (c,) = compare_runs(run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 105, spread=0.001))).cases
+    assert c.p_value < 0.001 and c.verdict == "~"  # 5% < the 10% factor
+    (c,) = compare_runs(
+        run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 105, spread=0.001)), factor=1.03
+    ).cases
+    assert c.verdict == "worse"
+
+
+def test_mismatched_environments_are_not_comparable_unless_forced():
+    base = run_of(ok(case(), 100))
+    head = run_of(ok(case(), 200, seed=1), env=environment(hostname="ci-3", torch_version="2.14.0"))
+    (c,) = compare_runs(base, head).cases
+    assert c.verdict == "not comparable"
+    assert "different machine (hostname 'vm' vs 'ci-3')" in c.not_comparable
+    assert "different software (torch_version '2.13.0+cpu' vs '2.14.0')" in c.not_comparable
+    (forced,) = compare_runs(base, head, force=True).cases
+    assert forced.verdict == "worse" and forced.forced
+
+
+def test_scenario_definitions_compare_on_the_keys_that_change_numbers():
+    base = run_of(ok(case(), 100))
+    same = run_of(ok(case(), 100), description="reworded", repeat=5, **{"seq_len": [64, 128]})
+    assert comparability(base, base.cases[0], same, same.cases[0]) is None
+    wider = run_of(ok(case(), 100), hidden_size=64)
+    assert "different scenario synthetic (hidden_size 32 vs 64)" in comparability(
+        base, base.cases[0], wider, wider.cases[0]
+    )
+    warmer = run_of(ok(case(warmup=5), 100))  # effective warmup, from the case
+    assert "warmup 1 vs 5" in comparability(base, base.cases[0], warmer, warmer.cases[0])
+    other_device = run_of(
+        ok(case(), 100), env=environment(device_type="cuda", device_name="H100", backend="nccl")
+    )
+    reason = comparability(base, base.cases[0], other_device, other_device.cases[0])
+    assert reason.startswith("different device (device_type 'cpu' vs 'cuda'")
+
+
+def test_missing_and_failed_cases_are_listed_not_compared():
+    failed = CaseResult(
+        case=case("ulysses"), status="failed", error="MemoryError: out of memory on rank 1\ntrace"
+    )
+    base = run_of(ok(case("p2p"), 100), ok(case("ulysses"), 100), ok(case("p2p", 128), 100))
+    head = run_of(ok(case("p2p"), 100, seed=1), failed, ok(case("p2p", 256), 100))
+    result = compare_runs(base, head)
+    assert [c.key for c in result.cases] == ["synthetic/p2p-ckpt-cp2-T64-fwd"]
+    reasons = {n.key.split("/")[1]: (n.base_status, n.head_status, n.reason) for n in result.not_compared}
+    assert reasons == {
+        "ulysses-cp2-T64-fwd": ("ok", "failed", "head: MemoryError: out of memory on rank 1"),
+        "p2p-ckpt-cp2-T128-fwd": ("ok", "missing", "only on base"),
+        "p2p-ckpt-cp2-T256-fwd": ("missing", "ok", "only on head"),
+    }
+    assert [n.key for n in result.head_failures] == ["synthetic/ulysses-cp2-T64-fwd"]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    """Result files: base, a slower head, a faster head, a head whose only change is a failure."""
+    out = {
+        "base": run_of(ok(case("ulysses"), 100), ok(case("p2p"), 100, seed=1)),
+        "slower": run_of(ok(case("ulysses"), 100, seed=2), ok(case("p2p"), 150, seed=3)),
+        "faster": run_of(ok(case("ulysses"), 100, seed=2), ok(case("p2p"), 60, seed=3)),
+        "broken": run_of(
+            ok(case("ulysses"), 100, seed=2), CaseResult(case=case("p2p"), status="failed", error="boom")
+        ),
+    }
+    paths = {}
+    for name, run in out.items():
+        paths[name] = tmp_path / f"{name}.json"
+        save_result(run, paths[name])
+    return paths
+
+
+def test_fail_on_regression_exit_codes(files):
+    args = ["compare", str(files["base"])]
+    assert main([*args, str(files["slower"])]) == 0  # without the flag a regression is only reported
+    assert main([*args, str(files["slower"]), "--fail-on-regression"]) == compare.EXIT_REGRESSION == 3
+    assert main([*args, str(files["faster"]), "--fail-on-regression"]) == 0
+    assert main([*args, str(files["broken"]), "--fail-on-regression"]) == 3  # ok on base, failed on head
+    assert main([*args, str(files["slower"]), "--fail-on-regression", "--filter", "mode=ulysses"]) == 0
+
+
+def test_user_errors_are_one_line_exit_1(files, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not a git checkout
+    assert main(["compare", str(files["base"]), "no-such-ref"]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-ref: no such result file, and not a git ref either" in err
+    assert main(["compare", str(files["base"]), str(files["slower"]), "--set", "repeat=3"]) == 1
+    assert "two result files run nothing" in capsys.readouterr().err
+    assert main(["compare", str(files["base"]), str(files["slower"]), "--factor", "0.9"]) == 1
+
+
+def test_table_and_markdown_output(files):
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    assert compare.run(str(files["base"]), str(files["slower"]), console=console) == 0
+    text = console.export_text()
+    for column in compare.COLUMNS:
+        assert column in text
+    assert "p2p-ckpt-cp2-T64-fwd" in text and "worse" in text
+    assert "0 better, 1 worse, 1 ~, 0 not comparable" in text
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    assert compare.run(str(files["base"]), str(files["slower"]), fmt="markdown", console=console) == 0
+    md = console.export_text()
+    assert "| case | base | head | ratio | p | verdict | mem delta |" in md
+    assert "| :--- | ---: | ---: | ---: | ---: | :--- | ---: |" in md
+    slower = load_result(files["slower"]).cases[1]
+    row = next(line for line in md.splitlines() if line.startswith("| p2p-ckpt-cp2-T64-fwd"))
+    assert f"{slower.timing.median_s * 1e3:.3f} ms" in row and "| worse |" in row
+    assert "**0 better, 1 worse, 1 \\~, 0 not comparable**" in md
+    assert "base `base.json (main@aaaaaaaa)` vs head `slower.json (main@aaaaaaaa)`" in md
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Refs: the A/B runner
+
+
+def test_run_alternates_base_and_head_case_by_case(tmp_path):
+    side = RefSide(spec="main", commit="c" * 40)
+    checkouts = [
+        Checkout(name=n, side=side, root=tmp_path, output=tmp_path / f"{n}.json") for n in ("base", "head")
+    ]
+    plan = [Planned(scenario_file=tmp_path / "s.yaml", case=case(seq_len=n)) for n in (64, 128, 256)]
+    calls = []
+
+    def fake(checkout, planned, *, resume, config, sets, device):
+        calls.append((checkout.name, planned.case.seq_len, resume))
+        return ok(planned.case, 1.0)
+
+    run_alternating(checkouts, Staged(config=tmp_path / "bench.yaml", plan=plan), runner=fake)
+    assert calls == [
+        ("base", 64, False),
+        ("head", 64, False),
+        ("base", 128, True),
+        ("head", 128, True),
+        ("base", 256, True),
+        ("head", 256, True),
+    ]
+
+
+def test_bench_run_argv_writes_then_resumes(tmp_path):
+    planned = Planned(scenario_file=tmp_path / "s.yaml", case=case())
+    first = bench_run_argv(
+        planned, tmp_path / "o.json", resume=False, config=tmp_path / "b.yaml", sets=["repeat=5"]
+    )
+    assert first[:4] == [sys.executable, "-m", "bench", "run"]
+    assert first[4:] == [
+        str(tmp_path / "s.yaml"),
+        "--config",
+        str(tmp_path / "b.yaml"),
+        "--filter",
+        "case_id=p2p-ckpt-cp2-T64-fwd",
+        "--output",
+        str(tmp_path / "o.json"),
+        "--set",
+        "repeat=5",
+    ]
+    again = bench_run_argv(
+        planned, tmp_path / "o.json", resume=True, config=tmp_path / "b.yaml", device="cpu"
+    )
+    assert "--resume" in again and "--output" not in again and again[-2:] == ["--device", "cpu"]
+
+
+FAKE_BENCH = """\
+import shutil, sys
+argv = sys.argv[1:]
+{body}
+"""
+
+
+def fake_checkout(tmp_path: Path, body: str, commit: str = "c" * 40) -> Checkout:
+    """A 'worktree' whose bench package is a stand-in: if it runs, the side's own code ran."""
+    root = tmp_path / "wt"
+    (root / "bench").mkdir(parents=True)
+    (root / "bench" / "__init__.py").write_text("")
+    (root / "bench" / "__main__.py").write_text(FAKE_BENCH.format(body=textwrap.dedent(body)))
+    return Checkout(
+        name="base", side=RefSide(spec="v0.1", commit=commit), root=root, output=tmp_path / "o.json"
+    )
+
+
+def test_a_ref_whose_bench_cannot_run_the_scenario_is_a_clear_error(tmp_path):
+    checkout = fake_checkout(
+        tmp_path, 'print("error: s.yaml:3: local_seq_len: unknown key", file=sys.stderr); sys.exit(1)'
+    )
+    planned = Planned(scenario_file=tmp_path / "s.yaml", case=case())
+    with pytest.raises(
+        UserError,
+        match=r"base v0\.1 \(cccccccc\): its bench cannot run synthetic/p2p-ckpt-cp2-T64-fwd "
+        r"\(exit 1: s.yaml:3: local_seq_len: unknown key\); the ref may predate",
+    ):
+        run_on_side(checkout, planned, resume=False, config=tmp_path / "b.yaml")
+
+
+def test_the_sides_own_code_runs_and_its_commit_is_checked(tmp_path):
+    # The stand-in bench copies a real result file to --output: it ran (not the installed bench), but the
+    # file records another commit than the side's, which the runner refuses.
+    body = f"shutil.copyfile({str(FIXTURES / 'ablation.json')!r}, argv[argv.index('--output') + 1])"
+    checkout = fake_checkout(tmp_path, body)
+    planned = Planned(scenario_file=tmp_path / "s.yaml", case=case())
+    with pytest.raises(
+        UserError, match="the run recorded commit ebe7b0e1, not cccccccc: another copy of bench ran"
+    ):
+        run_on_side(checkout, planned, resume=False, config=tmp_path / "b.yaml")
+    assert (tmp_path / "o.json").is_file()
+
+
+@IN_GIT
+def test_resolve_side(tmp_path, files):
+    assert resolve_side(str(files["base"]), tmp_path).path == files["base"]
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    side = resolve_side("HEAD", REPO)
+    assert isinstance(side, RefSide) and side.commit == head
+    with pytest.raises(UserError, match="not a commit of"):
+        resolve_side("no-such-branch-xyz", REPO)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A real comparison of two refs
+
+
+TINY = """\
+description: one tiny case for the compare test
+device: cpu
+hidden_size: 32
+num_k_heads: 2
+num_v_heads: 4
+head_k_dim: 8
+head_v_dim: 8
+chunk_size: 8
+dtype: fp32
+warmup: 0
+repeat: 2
+cp: [1]
+seq_len: [64]
+mode: [ulysses]
+pass: [forward]
+"""
+MARKER = "compare-test marker: head's store.py"
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+@IN_GIT
+@pytest.mark.multirank
+def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    git(tmp_path, "clone", "--quiet", str(REPO), str(repo))
+    store = repo / "bench" / "store.py"
+    text = store.read_text()
+    assert "MEMORY_INCLUDES = (\n" in text
+    store.write_text(text.replace("MEMORY_INCLUDES = (\n", f'MEMORY_INCLUDES = (\n    "{MARKER}; "\n', 1))
+    git(repo, "commit", "--quiet", "-am", "marker in the memory description")
+    base_commit, head_commit = git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    monkeypatch.chdir(repo)
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    code = compare.run("HEAD~1", "HEAD", [str(scenario)], save_dir=str(tmp_path / "out"), console=console)
+    text = console.export_text()
+    assert code == 0, text
+    (base_file,) = (tmp_path / "out").glob("base-*.json")
+    (head_file,) = (tmp_path / "out").glob("head-*.json")
+    base, head = load_result(base_file), load_result(head_file)
+    assert base.environment.git_commit == base_commit and head.environment.git_commit == head_commit
+    assert not base.environment.git_dirty and not head.environment.git_dirty
+    (b,), (h,) = base.cases, head.cases
+    assert b.key == h.key == "tiny/ulysses-cp1-T64-fwd" and b.status == h.status == "ok"
+    assert MARKER in h.memory.includes and MARKER not in b.memory.includes  # each ref's own store.py ran
+    assert "ulysses-cp1-T64-fwd" in text and "0 better, 0 worse, 1 ~, 0 not comparable" in text
+    assert "with 2 repeats p cannot fall below 0.333" in text
+    assert git(repo, "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Refs: the orchestration (worktrees, staging, saving, Ctrl-C), with a stand-in for the per-case subprocess
+
+
+@pytest.fixture
+def repo(suite_dir: Path) -> Path:
+    """The throwaway suite (bench.yaml + scenarios/tiny.yaml: 2 cases) as a git repository, one commit."""
+    git(suite_dir, "init", "--quiet", "-b", "main")
+    git(suite_dir, "add", ".")
+    git(suite_dir, "commit", "--quiet", "-m", "suite")
+    return suite_dir
+
+
+def stand_in(calls: list, *, slower_head: bool = True, interrupt_at: int | None = None):
+    """A runner that records its calls and writes a result file as `bench run` would (the side's commit)."""
+
+    def runner(checkout, planned, *, resume, config, sets, device):
+        calls.append((checkout.name, planned.case.case_id, resume, checkout.root.is_dir()))
+        if len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        if resume:
+            run = load_result(checkout.output)
+        else:
+            run = RunResult(
+                name="tiny",
+                environment=environment(git_commit=checkout.side.commit),
+                suite={},
+                scenarios={"tiny": yaml.safe_load(planned.scenario_file.read_text()) | {"name": "tiny"}},
+            )
+        slow = slower_head and checkout.name == "head"
+        result = ok(planned.case, 200 if slow else 100, seed=len(calls))
+        run.cases.append(result)
+        save_result(run, checkout.output)
+        return result
+
+    return runner
+
+
+def test_refs_run_alternating_in_worktrees_and_are_saved(repo, tmp_path):
+    calls: list = []
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    code = compare.run(
+        "HEAD",
+        "main",
+        save_dir=str(tmp_path / "saved"),
+        console=console,
+        runner=stand_in(calls),
+        fail_on_regression=True,
+    )
+    text = console.export_text()
+    assert code == 3, text  # head is twice as slow
+    assert [(n, c, r) for n, c, r, _ in calls] == [
+        ("base", "ulysses-cp1-T64-fwd_bwd", False),
+        ("head", "ulysses-cp1-T64-fwd_bwd", False),
+        ("base", "p2p-ckpt-cp1-T64-fwd_bwd", True),
+        ("head", "p2p-ckpt-cp1-T64-fwd_bwd", True),
+        ("base", "ulysses-cp2-T64-fwd_bwd", True),
+        ("head", "ulysses-cp2-T64-fwd_bwd", True),
+        ("base", "p2p-ckpt-cp2-T64-fwd_bwd", True),
+        ("head", "p2p-ckpt-cp2-T64-fwd_bwd", True),
+    ]
+    assert all(existed for *_, existed in calls)  # each ran inside its worktree
+    commit = git(repo, "rev-parse", "HEAD")[:8]
+    (base_file,) = (tmp_path / "saved").glob("base-*.json")
+    (head_file,) = (tmp_path / "saved").glob("head-*.json")
+    assert base_file.name.endswith(f"-HEAD-{commit}-tiny.json") and head_file.name.endswith(
+        f"-main-{commit}-tiny.json"
+    )
+    assert len(load_result(head_file).cases) == 4
+    assert "0 better, 4 worse, 0 ~, 0 not comparable" in text and "compare them again" in text
+    assert git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_a_ref_against_a_file_runs_only_the_files_cases(repo, tmp_path):
+    base = tmp_path / "base.json"
+    calls: list = []
+    compare.run("HEAD", "HEAD", save_dir=str(tmp_path / "first"), runner=stand_in(calls), console=QUIET)
+    (first,) = (tmp_path / "first").glob("base-*.json")
+    run = load_result(first)
+    run.cases = run.cases[:1]
+    save_result(run, base)
+    calls.clear()
+    assert (
+        compare.run(
+            str(base), "HEAD", save_dir=str(tmp_path / "second"), runner=stand_in(calls), console=QUIET
+        )
+        == 0
+    )
+    assert [(n, c) for n, c, *_ in calls] == [("head", "ulysses-cp1-T64-fwd_bwd")]
+
+
+def test_ctrl_c_removes_the_worktrees_and_keeps_what_finished(repo, tmp_path):
+    calls: list = []
+    code = compare.run(
+        "HEAD",
+        "HEAD",
+        save_dir=str(tmp_path / "saved"),
+        runner=stand_in(calls, interrupt_at=3),
+        console=QUIET,
+    )
+    assert code == 130 and len(calls) == 3
+    assert git(repo, "worktree", "list").count("\n") == 0
+    assert len(list((tmp_path / "saved").glob("*.json"))) == 2  # case 1 of both sides

@@ -1,0 +1,111 @@
+"""`bench plot` on frozen result files: every chart renders to a valid PNG and SVG, series derive from the
+right cases, charts the results cannot support are skipped with a note, several files overlay."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench import analysis
+from bench.analysis import Variant
+from bench.cli import main
+from bench.commands import plot
+from bench.plots import CHART_NAMES, build_charts, sources_for
+from bench.store import load_result, save_result
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def plotted(tmp_path_factory) -> tuple[Path, str]:
+    """`bench plot` of the scaling fixture, once for the module: (output folder, what it printed)."""
+    out = tmp_path_factory.mktemp("plots")
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    assert plot.run([str(FIXTURES / "scaling.json")], out=str(out), console=console) == 0
+    return out, console.export_text()
+
+
+def test_every_chart_is_a_valid_png_and_svg(plotted):
+    out, printed = plotted
+    for name in CHART_NAMES:
+        png, svg = out / f"{name}.png", out / f"{name}.svg"
+        assert png.read_bytes()[:8] == PNG_SIGNATURE, name
+        root = ET.parse(svg).getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg", name
+        assert name in printed or str(png) in printed
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{n}.{x}" for n in CHART_NAMES for x in ("png", "svg")
+    )
+
+
+def test_charts_are_titled_with_device_and_commit(plotted):
+    out, _ = plotted
+    run = load_result(FIXTURES / "scaling.json")
+    svg = (out / "time_vs_seq.svg").read_text()
+    # matplotlib writes text as paths, with the string in a comment above each
+    assert "Time vs global sequence length · tiny-scaling" in svg
+    assert f"cpu (x86_64, gloo) · {analysis.source_label(run)}" in svg
+    assert "threads per rank cp1: 2, cp2: 1" in svg
+
+
+def test_series_come_from_the_right_cases():
+    run = load_result(FIXTURES / "scaling.json")
+    assert analysis.variants(run, "tiny-scaling") == [Variant("ulysses", None), Variant("p2p", True)]
+    assert analysis.strong_lengths(run, "tiny-scaling") == [64, 128]
+    assert analysis.weak_lengths(run, "tiny-scaling") == [32, 64]  # declared local_seq_len, at cp 1 and 2
+    (one, two) = analysis.weak_scaling(run, "tiny-scaling", Variant("p2p", True), "forward", local_seq_len=32)
+    assert (one.seq_len, two.seq_len) == (32, 64)
+    expected = run.get("tiny-scaling/p2p-ckpt-cp1-T32-fwd").timing.median_s / (
+        run.get("tiny-scaling/p2p-ckpt-cp2-T64-fwd").timing.median_s
+    )
+    assert two.ratio == pytest.approx(expected)
+    rows = analysis.checkpoint_ablation(run)
+    assert [(r.cp, r.seq_len, r.mode, r.pass_) for r in rows] == [
+        (1, 32, "p2p", "forward_backward"),
+        (1, 64, "p2p", "forward_backward"),
+        (1, 128, "p2p", "forward_backward"),
+        (2, 64, "p2p", "forward_backward"),
+        (2, 128, "p2p", "forward_backward"),
+    ]
+    off = run.get("tiny-scaling/p2p-nockpt-cp2-T128-fwd_bwd")
+    on = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd_bwd")
+    assert rows[-1].memory_saved_mib == pytest.approx(off.memory.peak_mib - on.memory.peak_mib)
+    assert rows[-1].time_cost_pct == pytest.approx(100 * (on.timing.median_s / off.timing.median_s - 1))
+
+
+def test_charts_the_results_cannot_support_are_skipped_with_a_note(tmp_path, capsys):
+    # ablation.json: one sequence length (no time/memory vs length), no weak-scaling sweep
+    assert main(["plot", str(FIXTURES / "ablation.json"), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert sorted(p.stem for p in tmp_path.glob("*.png")) == ["checkpoint_summary", "strong_scaling"]
+    assert "time_vs_seq: skipped, needs at least two global sequence lengths at one CP degree" in printed
+    assert "weak_scaling: skipped, no weak-scaling sweep (local_seq_len)" in printed
+    assert "memory_vs_seq: skipped" in printed
+
+
+def test_several_files_overlay_as_labelled_series(tmp_path):
+    runs = [load_result(FIXTURES / "scaling.json"), load_result(FIXTURES / "ablation.json")]
+    sources = sources_for(runs, ["scaling", "ablation"])
+    assert [s.label for s in sources] == [analysis.source_label(r) for r in runs]
+    twice = sources_for([runs[0], runs[0]], ["a", "b"])
+    assert twice[0].label != twice[1].label and twice[0].label.endswith("(a)")
+    charts, notes = build_charts(sources)  # two scenarios: charts are named per scenario
+    names = {c.name for c in charts}
+    assert "tiny-scaling-time_vs_seq" in names and "tiny-ablation-strong_scaling" in names
+    assert any(n.startswith("tiny-ablation-weak_scaling: skipped") for n in notes)
+    legend = charts[0].figure.legends[0]
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["ulysses", "p2p"]
+
+
+def test_nothing_to_plot_is_a_user_error(tmp_path, capsys):
+    broken = load_result(FIXTURES / "ablation.json")
+    for c in broken.cases:
+        c.status = "failed"
+    save_result(broken, tmp_path / "failed.json")
+    assert main(["plot", str(tmp_path / "failed.json"), "--out", str(tmp_path / "p")]) == 1
+    assert "no case is ok, nothing to plot" in capsys.readouterr().err

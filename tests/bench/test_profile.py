@@ -1,0 +1,151 @@
+"""`bench profile`: a real 2-rank profile (a valid Chrome trace per rank, bytes == the model, memory by kind),
+the trace analysis on hand-made timelines, and choosing exactly one case."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.profiling import RankTimeline, breakdown, read_timeline, straggler
+from bench.profiling.traces import Collective, StepTimeline
+
+PROFILE = """\
+hidden_size: 32
+num_k_heads: 2
+num_v_heads: 4
+head_k_dim: 8
+head_v_dim: 8
+chunk_size: 8
+cp: [2]
+seq_len: [64]
+mode: [ulysses, p2p]
+checkpoint: [true]
+pass: [forward_backward]
+"""
+
+
+@pytest.mark.multirank
+def test_profile_writes_a_trace_per_rank_and_the_bytes_match_the_model(
+    suite_dir: Path, write_scenario, capsys
+):
+    write_scenario("p", PROFILE)
+    out = suite_dir / "prof"
+    assert main(["profile", "p", "--case", "mode=p2p", "--steps", "2", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "profiling p/p2p-ckpt-cp2-T64-fwd_bwd on 2 ranks (cpu)" in printed
+    assert "time per step on each rank (mean of 2 profiled steps)" in printed and "waiting" in printed
+    assert "straggler: rank " in printed and "behind it: " in printed
+    assert "peak total" in printed and "meter: mem_tracker" in printed
+    for rank in (0, 1):
+        trace = json.loads((out / f"rank{rank}.json").read_text())
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert "bench.step" in names and "c10d::send" in names and "c10d::recv_" in names
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["traces"] == ["rank0.json", "rank1.json"]
+    rows = summary["communication"]
+    assert {(r["rank"], r["kind"]) for r in rows} == {
+        (r, k) for r in (0, 1) for k in ("all_gather", "halo", "p2p")
+    }
+    assert all(r["match"] and r["counted"] == r["model"] for r in rows)
+    p2p = next(r for r in rows if r["rank"] == 0 and r["kind"] == "p2p")
+    assert p2p["counted"]["sent"] == 1 * 4 * 8 * 8 * 4  # one fp32 state [B, Hv, K, V] each way
+    for b in summary["breakdown"]:
+        parts = (
+            b["compute_us"]
+            + b["waiting_us"]
+            + sum(
+                v
+                for k, v in b.items()
+                if k.endswith("_us") and k not in ("step_us", "compute_us", "waiting_us")
+            )
+        )
+        assert b["step_us"] > 0 and parts == pytest.approx(b["step_us"])
+        assert b.get("p2p_us", 0) >= 0 and b.get("all_to_all_us", 0) >= 0
+    for m in summary["memory"]:
+        assert (
+            m["error"] is None
+            and m["bytes"]["Parameter"] > 0
+            and m["bytes"]["Total"] >= m["bytes"]["Parameter"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--case", "mode=ring"], "--case mode=ring matches none of the 2 cases of p; see `bench list p`"),
+        (
+            ["--case", "cp=2"],
+            "--case cp=2 matches 2 cases of p (ulysses-cp2-T64-fwd_bwd, p2p-ckpt-cp2-T64-fwd_bwd); narrow "
+            "it to one, e.g. --case ulysses-cp2-T64-fwd_bwd",
+        ),
+        (["--case", "mode=p2p", "--steps", "0"], "--steps 0: give a positive number of steps"),
+    ],
+)
+def test_exactly_one_case_must_match(suite_dir: Path, write_scenario, capsys, argv, message):
+    write_scenario("p", PROFILE)
+    assert main(["profile", "p", *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_read_timeline_pairs_ops_with_backend_events_and_reads_peers():
+    def x(name, ts, dur, tid=1, **args):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid, "args": args}
+
+    trace = {
+        "traceEvents": [
+            x("bench.step", 1000, 100),
+            x("c10d::alltoall_base_", 1010, 2),
+            x("gloo:all_to_all", 1012, 18, tid=2),  # the worker thread: the caller waits until 1030
+            x("c10d::recv_", 1050, 30, **{"Concrete Inputs": ["", "", "1", "0"]}),
+            x("c10d::allreduce_", 1200, 5),  # outside the step
+        ]
+    }
+    timeline = read_timeline(trace, rank=0)
+    (step,) = timeline.steps
+    assert step.duration_us == 100 and timeline.unpaired == 0
+    assert step.collectives == [
+        Collective(kind="all_to_all", op="c10d::alltoall_base_", start_us=10, end_us=30),
+        Collective(kind="p2p", op="c10d::recv_", start_us=50, end_us=80, peer=1),
+    ]
+
+
+def test_breakdown_splits_waiting_from_transfer_and_finds_the_straggler():
+    # rank 1 enters the all-to-all 10 us late and sends the state 20 us after rank 0 starts waiting for it
+    r0 = RankTimeline(
+        rank=0,
+        steps=[
+            StepTimeline(
+                100,
+                [
+                    Collective("all_to_all", "c10d::alltoall_base_", 10, 30),
+                    Collective("p2p", "c10d::recv_", 50, 80, peer=1),
+                ],
+            )
+        ],
+    )
+    r1 = RankTimeline(
+        rank=1,
+        steps=[
+            StepTimeline(
+                110,
+                [
+                    Collective("all_to_all", "c10d::alltoall_base_", 20, 30),
+                    Collective("p2p", "c10d::send", 70, 75, peer=0),
+                ],
+            )
+        ],
+    )
+    b0, b1 = breakdown([r1, r0])  # any order in, by rank out
+    assert (b0.compute_us, b0.collectives_us, b0.waiting_us) == (50, {"all_to_all": 10, "p2p": 10}, 30)
+    assert (b1.compute_us, b1.collectives_us, b1.waiting_us) == (95, {"all_to_all": 10, "p2p": 5}, 0)
+    for b in (b0, b1):
+        assert sum(b.categories().values()) == pytest.approx(b.step_us)
+    slow = straggler([b0, b1])
+    assert (slow.rank, slow.excess_us, slow.phase, slow.phase_excess_us) == (1, 10, "compute", 45)
+    assert straggler([b0]) is None
+    with pytest.raises(ValueError, match="one timeline per rank"):
+        breakdown([r1])

@@ -1,0 +1,162 @@
+"""`bench report` on frozen result files: markdown content (seed-shaped tables, ablation deltas, scaling
+efficiency, environment, chart links) and a self-contained HTML file; sections are extensible."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench import analysis, report
+from bench.analysis import Variant
+from bench.cli import main
+from bench.commands import report as report_command
+from bench.document import Paragraph, Section, Table, markdown_table, markdown_text, render_markdown
+from bench.store import load_result
+from bench.tables import format_mib, format_ms
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
+
+
+@pytest.fixture(scope="module")
+def markdown(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("report") / "baseline.md"
+    assert report_command.run([str(FIXTURES / "scaling.json")], out=str(out), console=QUIET) == 0
+    return out, out.read_text()
+
+
+def test_markdown_has_the_seed_shaped_tables(markdown):
+    _, text = markdown
+    run = load_result(FIXTURES / "scaling.json")
+    assert text.startswith(f"# gdn-cp-bench: tiny-scaling ({analysis.source_label(run)})\n")
+    for heading in ("## Overview", "## Results", "## Summary checkpoint ablation", "## Scaling efficiency"):
+        assert f"\n{heading}\n" in text
+    assert "**tiny-scaling: CP2 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)**" in text
+    header = (
+        "| global seq | mode | summary ckpt | forward median | forward+backward median | peak allocated |"
+    )
+    assert text.count(header) == 2  # CP1 and CP2
+    fwd = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd")
+    fwd_bwd = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd_bwd")
+    cells = ["128", "p2p", "on", format_ms(fwd.timing), format_ms(fwd_bwd.timing), format_mib(fwd_bwd.memory)]
+    assert "| " + " | ".join(markdown_text(c) for c in cells) + " |" in text
+
+
+def test_markdown_ablation_rows_carry_the_deltas(markdown):
+    _, text = markdown
+    run = load_result(FIXTURES / "scaling.json")
+    off = run.get("tiny-scaling/p2p-nockpt-cp2-T128-fwd_bwd")
+    on = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd_bwd")
+    cost = 100 * (on.timing.median_s / off.timing.median_s - 1)
+    delta = on.memory.peak_mib - off.memory.peak_mib
+    columns = (
+        "cp | global seq | mode | implementation | forward+backward median | peak allocated | time | memory"
+    )
+    assert f"| {columns} |" in text
+    off_ms = markdown_text(format_ms(off.timing))
+    assert f"| 2 | 128 | p2p | graph kept | {off_ms} | {format_mib(off.memory)} |  |  |" in text
+    checkpoint_row = (
+        f"| 2 | 128 | p2p | checkpoint | {markdown_text(format_ms(on.timing))} | {format_mib(on.memory)} "
+        f"| {cost:+.1f}% | {delta:+.1f} MiB |"
+    )
+    assert checkpoint_row in text
+
+
+def test_markdown_scaling_efficiency(markdown):
+    _, text = markdown
+    run = load_result(FIXTURES / "scaling.json")
+    title = (
+        "tiny-scaling, forward+backward: strong scaling, speedup t(cp=1)/t(cp) (efficiency = speedup / cp)"
+    )
+    assert f"**{title}**" in text
+    (_, two) = analysis.strong_scaling(
+        run, "tiny-scaling", Variant("ulysses", None), "forward_backward", seq_len=128
+    )
+    assert f"| {two.ratio:.2f}x ({100 * two.ratio / 2:.0f}%) |" in text
+    (_, weak) = analysis.weak_scaling(run, "tiny-scaling", Variant("p2p", True), "forward", local_seq_len=32)
+    assert f"| {100 * weak.ratio:.0f}% (" in text
+    assert "| per rank | mode | t(cp=1) | CP2 |" in text
+
+
+def test_markdown_environment_and_chart_links(markdown):
+    out, text = markdown
+    assert "\n## Environment\n" in text and "| threads per rank | cp1: 2, cp2: 1 (cores // ranks) |" in text
+    assert "| torch | 2.13.0+cpu |" in text
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert links == [
+        f"baseline-charts/{name}.png"
+        for name in ("time_vs_seq", "weak_scaling", "strong_scaling", "memory_vs_seq", "checkpoint_summary")
+    ]
+    for link in links:
+        png = out.parent / link
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.with_suffix(".svg").is_file()
+
+
+class _Refs(HTMLParser):
+    """Every src/href of a page, and whether it has <link>/<script src> (external resources)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[str] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.refs += [v or "" for k, v in attrs if k in ("src", "href")]
+
+
+def test_html_is_one_self_contained_file(tmp_path, capsys):
+    out = tmp_path / "report.html"
+    assert main(["report", str(FIXTURES / "ablation.json"), "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no chart files beside it
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    parser = _Refs()
+    parser.feed(page)
+    assert parser.refs and all(r.startswith("data:image/png;base64,") for r in parser.refs)
+    assert "link" not in parser.tags and "script" not in parser.tags
+    assert "<h2>Summary checkpoint ablation</h2>" in page and '<th class="left">implementation</th>' in page
+    assert "graph kept" in page and "<h2>Not measured</h2>" in page  # the fixture's failed case
+    assert "MemoryError: injected: out of memory on rank" in page
+
+
+def test_report_to_stdout_and_format_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    buf = io.StringIO()
+    assert report_command.run([str(FIXTURES / "ablation.json")], stdout=buf, charts="c", console=QUIET) == 0
+    assert (
+        buf.getvalue().startswith("# gdn-cp-bench: tiny-ablation")
+        and "](c/strong_scaling.png)" in buf.getvalue()
+    )
+    assert main(["report", str(FIXTURES / "ablation.json"), "--out", "r.txt"]) == 1
+    assert main(["report", str(FIXTURES / "ablation.json"), "--format", "html", "--charts", "c"]) == 1
+
+
+def test_a_section_is_added_by_one_builder():
+    paths = [FIXTURES / "ablation.json"]
+    runs = report.report_runs([load_result(p) for p in paths], paths)
+
+    def accuracy(rs):
+        return Section(title="Accuracy", blocks=[Paragraph(text=f"{len(rs)} run checked")])
+
+    without_charts = [b for b in report.SECTIONS if b is not report.charts]
+    _, sections = report.build_report(runs, sections=[*without_charts, accuracy])
+    assert [s.title for s in sections][-1] == "Accuracy"
+    text = render_markdown("t", sections, charts=None)  # no image block: no chart folder needed
+    assert "## Accuracy\n\n1 run checked" in text
+
+
+def test_markdown_escaping():
+    assert markdown_text("all_gather _x_ a|b 1.2 ms * <0.001 ~ `a_b|c`") == (
+        "all_gather \\_x\\_ a\\|b 1.2 ms \\* \\<0.001 \\~ `a_b|c`"
+    )
+    assert (
+        markdown_table(Table(columns=["a", "b"], rows=[["x", "1"]]))
+        == "| a | b |\n| :--- | ---: |\n| x | 1 |"
+    )

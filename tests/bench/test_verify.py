@@ -1,0 +1,267 @@
+"""`bench verify`: real 2-rank launches of a tiny layer (every mode passes; a broken mode fails, named), the
+seed sweep table, the training trajectory; the records in the result file; bars from the scenario; errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import verify_ranks
+
+from bench.cli import main
+from bench.commands import verify as verify_command
+from bench.config import Scenario, Sweep, TrainSettings
+from bench.errors import FieldError, UserError
+from bench.store import load_result, save_result
+from bench.thresholds import ThresholdSpec
+from bench.verification import LayerVerification, TrainVerification, error_growth, verification_markdown
+from bench.verification.records import GROWTH_FLOOR
+from gdn_cp.accuracy import Thresholds
+
+VERIFY = """\
+description: tiny layer for verify tests
+hidden_size: 32
+num_k_heads: 2
+num_v_heads: 4
+head_k_dim: 8
+head_v_dim: 8
+chunk_size: 8
+dtype: fp32
+cp: [2]
+seq_len: [64]
+mode: [ulysses, p2p, all_gather]
+checkpoint: [true]
+pass: [forward, forward_backward]
+thresholds:
+  fp32: {rel_l2: 1.0e-4, param_rel_l2: 1.0e-3, grad_norm_rel: 1.0e-5, train_loss_rel: 1.0e-5}
+train:
+  vocab_size: 64
+  intermediate_size: 64
+  num_attention_heads: 2
+  num_key_value_heads: 1
+  head_dim: 16
+"""
+
+
+@pytest.fixture
+def verify_scenario(write_scenario) -> Path:
+    return write_scenario("v", VERIFY)
+
+
+@pytest.mark.multirank
+def test_every_mode_passes_with_a_two_seed_sweep(suite_dir: Path, verify_scenario: Path, capsys):
+    out = suite_dir / "v.json"
+    assert main(["verify", "v", "--seeds", "2", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for text in (
+        "input-grad rel-L2",
+        "worst param (name) rel-L2",
+        "2 seeds, max over seeds",
+        "2-seed sweep over ulysses, p2p, all_gather",
+        "2-seed maximum",
+        "margin",
+        "6 forward+backward comparisons (2 seeds x 3 cases): all passed",
+        "smallest reference parameter gradient: min max-abs",
+        "results: v.json",
+    ):
+        assert text in printed, text
+    run = load_result(out)
+    assert run.environment.device_type == "cpu" and run.cases == [] and run.name == "verify-v"
+    records = run.verifications
+    # one record per mode: the scenario's two passes collapse (verify always runs forward and backward)
+    assert [r.case.case_id for r in records] == [
+        "ulysses-cp2-T64-fwd_bwd",
+        "p2p-ckpt-cp2-T64-fwd_bwd",
+        "all_gather-ckpt-cp2-T64-fwd_bwd",
+    ]
+    for r in records:
+        assert isinstance(r, LayerVerification) and r.passed and r.seeds == [0, 1]
+        assert len(r.comparisons) == 2 and r.failures() == []
+        assert r.thresholds == {
+            **vars_of(Thresholds()),
+            "rel_l2": 1e-4,
+            "param_rel_l2": 1e-3,
+            "grad_norm_rel": 1e-5,
+        }
+        worst = max(c.worst_param[1].rel_l2 for c in r.comparisons)
+        assert 0 <= worst < 1e-3 and all(c.output.rel_l2 < 1e-5 for c in r.comparisons)
+    markdown = verification_markdown(run)
+    assert "| mode | output max abs |" in markdown and "| p2p |" in markdown and "2-seed sweep" in markdown
+
+
+def vars_of(t: Thresholds) -> dict[str, float]:
+    return {name: getattr(t, name) for name in Thresholds.__dataclass_fields__}
+
+
+@pytest.mark.multirank
+def test_a_broken_mode_fails_and_names_the_metric(suite_dir: Path, verify_scenario: Path, capsys):
+    out = suite_dir / "broken.json"
+    code = verify_command.run(
+        ["v"], filters=["mode=p2p"], output=str(out), layer_hook=verify_ranks.skew_later_ranks
+    )
+    assert code == verify_command.EXIT_CHECK_FAILED == 3
+    printed = capsys.readouterr().out
+    assert "FAIL    p2p-ckpt-cp2-T64-fwd_bwd" in printed  # the status line, and the note under the table:
+    assert "FAIL p2p-ckpt-cp2-T64-fwd_bwd seed 0: output.rel_l2 " in printed
+    (record,) = load_result(out).verifications
+    assert record.status == "ok" and not record.passed
+    ((seed, failures),) = record.failures()
+    assert seed == 0 and any(f.startswith("output.rel_l2 ") and "> 1.0e-04" in f for f in failures)
+    assert record.comparisons[0].output.rel_l2 > 1e-2  # half the output is 5% off
+
+
+@pytest.mark.multirank
+def test_training_trajectory_matches_the_reference(suite_dir: Path, verify_scenario: Path, capsys):
+    out = suite_dir / "train.json"
+    assert verify_command.run(["v"], train=3, output=str(out)) == 0
+    printed = capsys.readouterr().out
+    assert "3-step training" in printed and "gradients summed by fsdp2" in printed
+    assert "bit-identical to the reference's before step 0, in every case" in printed
+    assert "max loss rel" in printed and "error growth (last/first third)" in printed
+    run = load_result(out)
+    assert run.name == "verify-train-v"
+    assert [r.case.mode for r in run.verifications] == ["ulysses", "p2p", "all_gather"]
+    for r in run.verifications:
+        assert isinstance(r, TrainVerification) and r.passed and r.steps == 3
+        assert r.grad_reduction == "fsdp2" and r.params_checked > 10 and r.mismatched_params == []
+        assert len(r.ref_loss) == len(r.cp_loss) == len(r.ref_grad_norm) == len(r.cp_grad_norm) == 3
+        assert r.ref_loss[0] > 1 and len(set(r.ref_loss)) == 3  # a new batch every step
+        assert max(r.loss_rel) < 1e-5 and max(r.grad_norm_rel) < 1e-5  # fp32: CP + FSDP2 sums == reference
+        assert r.loss_growth is not None and r.settings["lr"] == 1e-4
+
+
+@pytest.mark.multirank
+def test_training_with_the_all_reduce_fallback(suite_dir: Path, verify_scenario: Path):
+    out = suite_dir / "allreduce.json"
+    train = "{vocab_size: 64, intermediate_size: 64, num_attention_heads: 2, num_key_value_heads: 1, " + (
+        "head_dim: 16, grad_reduction: all_reduce}"
+    )
+    assert (
+        verify_command.run(["v"], train=2, filters=["mode=p2p"], sets=[f"train={train}"], output=str(out))
+        == 0
+    )
+    (r,) = load_result(out).verifications
+    assert r.grad_reduction == "all_reduce" and r.passed and r.mismatched_params == []
+    assert max(r.loss_rel) < 1e-5 and max(r.grad_norm_rel) < 1e-5
+
+
+# --- without launches --------------------------------------------------------------------------------------
+
+
+def test_thresholds_resolve_per_dtype_over_the_common_bars():
+    spec = ThresholdSpec.parse(
+        {"grad_norm_rel": 0.02, "train_loss_rel": 1e-4, "float32": {"rel_l2": 1e-4}, "bf16": {}}
+    )
+    fp32, bf16 = spec.for_dtype("fp32"), spec.for_dtype("bfloat16")
+    assert fp32.layer.rel_l2 == 1e-4 and fp32.layer.grad_norm_rel == 0.02
+    assert bf16.layer.rel_l2 == Thresholds().rel_l2 and bf16.layer.grad_norm_rel == 0.02
+    assert fp32.train.loss_rel == bf16.train.loss_rel == 1e-4
+    assert ThresholdSpec.parse(None).for_dtype("fp16").layer == Thresholds()  # the seed's bars
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"rel_l3": 1}, "rel_l3: unknown bar; did you mean 'rel_l2'?"),
+        ({"fp32": {"rel_l2": 0}}, "fp32.rel_l2: expected a positive number, got 0"),
+        ({"bf16": 0.1}, "bf16: expected a mapping of bars for bf16 cases"),
+        ({"fp32": {}, "float32": {}}, "bars for fp32 are given twice"),
+        (0.1, "expected a mapping of bars"),
+    ],
+)
+def test_bad_thresholds_name_the_key(raw, fragment):
+    with pytest.raises(FieldError) as info:
+        ThresholdSpec.parse(raw)
+    assert info.value.key == "thresholds" and fragment in str(info.value)
+
+
+def test_a_dtype_list_sweeps_dtypes_and_ids_carry_them():
+    s = Scenario(
+        name="s",
+        hidden_size=32,
+        num_k_heads=2,
+        num_v_heads=4,
+        head_k_dim=8,
+        head_v_dim=8,
+        dtype=["fp32", "bf16"],
+        sweep=Sweep(cp=[2], seq_len=[64], mode=["p2p"], pass_=["forward_backward"]),
+    )
+    cases = s.cases(warmup=1, repeat=1)
+    assert [c.case_id for c in cases] == ["p2p-ckpt-cp2-T64-fwd_bwd-fp32", "p2p-ckpt-cp2-T64-fwd_bwd-bf16"]
+    assert [c.dtype for c in cases] == ["fp32", "bf16"]
+    single = Scenario(
+        name="s",
+        hidden_size=32,
+        num_k_heads=2,
+        num_v_heads=4,
+        head_k_dim=8,
+        head_v_dim=8,
+        sweep=Sweep(cp=[2], seq_len=[64], mode=["p2p"], pass_=["forward"]),
+    )
+    assert single.cases(warmup=1, repeat=1)[0].case_id == "p2p-ckpt-cp2-T64-fwd"  # unchanged without a list
+
+
+def test_error_growth_compares_the_last_third_with_the_first():
+    assert error_growth([1e-5, 1e-5]) is None  # fewer than 3 steps
+    assert error_growth([1e-5, 2e-5, 4e-5]) == pytest.approx(4.0)
+    assert error_growth([4e-5, 1e-5, 1e-5, 1e-5, 1e-5, 2e-5]) == pytest.approx(0.5)
+    # an exact start (0) does not turn rounding noise into growth: both sides are floored
+    assert error_growth([0.0, 0.0, GROWTH_FLOOR / 2]) == pytest.approx(1.0)
+
+
+def test_records_round_trip_through_the_result_file(tmp_path: Path):
+    from test_store import CASES, new_run  # a valid run of scenario "s" and its cases
+
+    run = new_run()
+    failed = LayerVerification(case=CASES[0], status="failed", error="rank 1 failed: boom", seeds=[0])
+    traj = TrainVerification(
+        case=CASES[1],
+        status="ok",
+        steps=3,
+        settings=TrainSettings().to_dict(),
+        thresholds={"loss_rel": 1e-3, "grad_norm_rel": 1e-2},
+        grad_reduction="all_reduce",
+        params_checked=4,
+        mismatched_params=["embed_tokens.weight"],
+        ref_loss=[2.0, 1.9, 1.8],
+        cp_loss=[2.0, 1.9, 1.9],
+        ref_grad_norm=[1.0, 1.0, 1.0],
+        cp_grad_norm=[1.0, 1.0, 1.0],
+    )
+    run.verifications = [failed, traj]
+    path = tmp_path / "r.json"
+    save_result(run, path)
+    back = load_result(path)
+    assert back == run
+    assert traj.failures() == [
+        "param embed_tokens.weight: not identical to the reference before step 0",
+        "train_loss_rel 5.556e-02 > 1.0e-03 (step 2)",  # |1.9 - 1.8| / 1.8,
+    ]
+    assert verify_command.exit_code(back.verifications) == verify_command.EXIT_CHECK_FAILED
+    assert verify_command.exit_code([failed]) == verify_command.EXIT_NOT_RUN
+    assert "not verified (the case did not run)" in verification_markdown(back)
+    # files written before verify existed (no `verifications` key) still load
+    data = json.loads(path.read_text())
+    del data["verifications"]
+    path.write_text(json.dumps(data))
+    assert load_result(path).verifications == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"scenarios": []}, "name the scenario to verify, e.g. `bench verify cpu-verify`"),
+        ({"seeds": 0}, "--seeds 0: give a positive number of seeds"),
+        ({"seeds": 2, "train": 3}, "--seeds applies to the layer comparison"),
+        ({"train": "scenario", "sets": ["train=null"]}, "the scenario has no train: section for --train"),
+        ({"train": 0}, "--train 0: give a positive number of steps"),
+        ({"filters": ["cp=3"]}, "--filter cp=3 matches none of the 6 cases of v"),
+        ({"train": 2, "sets": ["cp=[4]", "mode=[p2p]"]}, "train.num_attention_heads: 2 full-attention heads"),
+    ],
+)
+def test_user_errors(suite_dir: Path, verify_scenario: Path, kwargs, message):
+    kwargs = {"scenarios": ["v"], **kwargs}
+    with pytest.raises(UserError) as info:
+        verify_command.run(kwargs.pop("scenarios"), **kwargs)
+    assert message in str(info.value)
