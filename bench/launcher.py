@@ -16,7 +16,7 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from bench import worker
 from bench.config import Case
+from bench.console import print_warning
+from bench.loader import Suite
 from bench.store import Status
 from bench.worker import RankResults
 from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, run_on_ranks
@@ -211,3 +213,32 @@ class TorchrunLauncher:
             rank, message = failed[0]
             return Outcome(status="failed", error=str(RankFailure(rank, message)), wall_s=wall)
         return Outcome(status="ok", results=results, wall_s=wall)
+
+
+def make_launcher(
+    platform: Platform, job: TorchrunEnv | None, suite: Suite, rank_fn: RankFn
+) -> LocalLauncher | TorchrunLauncher:
+    """The launcher of a command's cases: local launches, or this rank of a torchrun job."""
+    settings = {"threads_per_rank": suite.config.threads_per_rank, "timeout_s": suite.config.timeout_s}
+    if job is None:
+        return LocalLauncher(platform, rank_fn=rank_fn, **settings)
+    return TorchrunLauncher(platform, job, rank_fn=rank_fn, **settings)
+
+
+def max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
+    """Local launches: one rank per accelerator; on cpu, MAX_RANKS_PER_CORE per core. Under torchrun the
+    job decides (None: unchecked)."""
+    if job is not None:
+        return None
+    if platform.device_type == "cpu":
+        return MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
+    return platform.device_count()
+
+
+def warn_oversubscription(cases: Sequence[Case], launcher: LocalLauncher | TorchrunLauncher) -> None:
+    """One warning per CP degree whose ranks' threads exceed the cores."""
+    for cp in sorted({c.cp for c in cases}):
+        case = next(c for c in cases if c.cp == cp)
+        warning = oversubscription_warning(launcher.ranks_on_host(case), launcher.threads_for(case))
+        if warning:
+            print_warning(f"cp={cp}: {warning}")

@@ -26,6 +26,7 @@ from bench.tables import (
     not_measured,
     seed_tables,
 )
+from bench.verification.tables import document_blocks, verification_tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,11 +310,20 @@ def _warmup_repeat(run: RunResult) -> str:
     return ", ".join(f"{w} / {n}" for w, n in pairs) or "-"
 
 
+def verification(runs: Sequence[ReportRun]) -> Section | None:
+    """The accuracy checks of `bench verify` stored in the runs, as `bench verify` prints them."""
+    blocks, subsections = _per_run(runs, lambda r: document_blocks(verification_tables(r.run.verifications)))
+    if not (blocks or subsections):
+        return None
+    return Section(title="Accuracy (bench verify)", blocks=blocks, subsections=subsections)
+
+
 SECTIONS: list[SectionBuilder] = [
     overview,
     results,
     checkpoint_ablation,
     scaling,
+    verification,
     charts,
     not_measured_cases,
     environment,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.config import Case, Scenario
 from bench.filters import CaseFilter
-from bench.loader import Override, Suite, find_scenario, load_scenario
+from bench.loader import ConfigError, Override, Suite, find_scenario, load_scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,3 +34,12 @@ def select(
         cases = scenario.cases(warmup=suite.config.warmup, repeat=suite.config.repeat)
         out.append(Selection(path=path, scenario=scenario, cases=case_filter.apply(cases), total=len(cases)))
     return out
+
+
+def run_device(suite_device: str, selections: Sequence[Selection]) -> str:
+    """The one device of the run: each scenario's own, else the suite's (--device has set both)."""
+    devices = {s.scenario.name: s.scenario.device or suite_device for s in selections}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} ({d})" for name, d in devices.items())
+        raise ConfigError(f"scenarios {listed} name different devices; run them separately, or pass --device")
+    return next(iter(devices.values()))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import get_args
 
+from rich.markup import escape
+
 from bench.config import Mode
 from bench.store import CaseResult, MemoryResult, RunResult
 from bench.timing import TimingSummary
@@ -91,3 +93,18 @@ def format_tokens(n: int) -> str:
 
 def format_checkpoint(checkpoint: bool | None) -> str:
     return "n/a" if checkpoint is None else ("on" if checkpoint else "off")
+
+
+def case_line(result: CaseResult) -> str:
+    """One rich-markup status line of a finished case: status, id, median, IQR, peak, wall time."""
+    case_id = escape(result.case.case_id)
+    if result.status == "ok" and result.timing is not None:
+        t = result.timing
+        spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
+        return (
+            f"[green]ok[/]      {case_id:<36} {format_ms(t):>14}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
+            f"peak {format_mib(result.memory)}  [dim]{result.wall_s:.1f} s[/]"
+        )
+    first_line = (result.error or "").strip().splitlines()[0] if result.error else ""
+    style = "red" if result.status == "failed" else "yellow"
+    return f"[{style}]{result.status:<7}[/] {case_id:<36} {escape(first_line)}"

@@ -28,6 +28,8 @@ class ErrorStats:
     """max |actual - reference|"""
     ref_absmax: float
     """max |reference|"""
+    ref_l2: float
+    """||reference||: with ref_absmax, the scale a relative error is taken against"""
     rel_max: float
     """max_abs / ref_absmax: the error on the reference's own scale"""
     rel_l2: float
@@ -46,6 +48,7 @@ def error_stats(actual: torch.Tensor, reference: torch.Tensor) -> ErrorStats:
     return ErrorStats(
         max_abs=max_abs,
         ref_absmax=ref_absmax,
+        ref_l2=ref_norm,
         rel_max=max_abs / max(ref_absmax, tiny),
         rel_l2=diff.norm().item() / max(ref_norm, tiny),
         finite=bool(torch.isfinite(a).all()),

@@ -34,7 +34,6 @@ from rich.table import Table
 from bench import interleave
 from bench.analysis import source_label
 from bench.commands import common_args
-from bench.commands.run import _case_line
 from bench.comparison import (
     DEFAULT_ALPHA,
     DEFAULT_FACTOR,
@@ -54,7 +53,7 @@ from bench.interleave import Checkout
 from bench.loader import Override, display, load_suite, parse_overrides
 from bench.selection import select
 from bench.store import RunResult, load_result, result_filename
-from bench.tables import format_ms
+from bench.tables import case_line, format_ms
 
 NAME = "compare"
 HELP = (
@@ -217,7 +216,7 @@ def _run_refs(
                         task, description=escape(f"{c.name} {p.case.key()}")
                     ),
                     on_done=lambda c, r: (
-                        progress.console.print(f"{c.name:<4} " + _case_line(r)),
+                        progress.console.print(f"{c.name:<4} " + case_line(r)),
                         progress.advance(task),
                     ),
                 )

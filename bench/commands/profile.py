@@ -29,16 +29,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.commands import common_args
-from bench.commands.run import _device, _launcher, _max_local_ranks
 from bench.config import Case
 from bench.console import console as default_console
 from bench.env import collect_environment
 from bench.errors import UserError
 from bench.filters import parse_filters
-from bench.launcher import TorchrunEnv, TorchrunLauncher, torchrun_env
+from bench.launcher import TorchrunEnv, TorchrunLauncher, make_launcher, max_local_ranks, torchrun_env
 from bench.loader import Override, check_cases, display, load_suite, parse_overrides
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
-from bench.selection import select
+from bench.selection import run_device, select
 from bench.store import result_filename
 from gdn_cp.distributed import Platform, resolve_platform
 
@@ -225,18 +224,18 @@ def run(
     suite = load_suite(config, overrides)
     (sel,) = select(suite, [scenario], overrides, parse_filters([case]))
     the_case = _one_case(sel.cases, sel.total, case, sel.scenario.name)
-    platform = resolve_platform(_device(suite.config.device, [sel]))
+    platform = resolve_platform(run_device(suite.config.device, [sel]))
     job = torchrun_env()
     run_dir = _run_dir(output, suite.results_dir, platform, the_case, job)
     rank_fn = functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
-    launcher = _launcher(platform, job, suite, rank_fn)
+    launcher = make_launcher(platform, job, suite, rank_fn)
     check_cases(
         sel.path,
         sel.scenario,
         [the_case],
         platform=platform,
         ranks_on_host=launcher.ranks_on_host,
-        max_local_ranks=_max_local_ranks(platform, job),
+        max_local_ranks=max_local_ranks(platform, job),
         overrides=overrides,
     )
     if job is not None and job.rank != 0:
@@ -254,8 +253,8 @@ def run(
     console.print(time_table(breakdowns, steps))
     notes = [
         "compute: the step outside collectives; each collective: its blocked time minus waiting; waiting: "
-        "time in a collective before the last peer arrived (bench/profiling/traces.py); all_to_all includes "
-        "the Conv1D halo exchange"
+        "time in a collective before the last peer arrived (bench/profiling/traces.py); halo: the Conv1D "
+        "halo exchange, all_to_all: Ulysses' exchanges"
     ]
     unpaired = sum(p.timeline.unpaired for p in profiles)
     if unpaired:

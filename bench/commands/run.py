@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,24 +22,24 @@ from bench import worker
 from bench.commands import common_args, show
 from bench.config import Case
 from bench.console import console as default_console
-from bench.console import print_warning
 from bench.env import collect_environment
 from bench.errors import UserError
 from bench.filters import parse_filters
 from bench.launcher import (
-    MAX_RANKS_PER_CORE,
     LocalLauncher,
     RankFn,
     TorchrunEnv,
     TorchrunLauncher,
-    oversubscription_warning,
+    make_launcher,
+    max_local_ranks,
     torchrun_env,
+    warn_oversubscription,
 )
-from bench.loader import ConfigError, Override, Suite, check_cases, display, load_suite, parse_overrides
-from bench.selection import Selection, select
+from bench.loader import Override, Suite, check_cases, display, load_suite, parse_overrides
+from bench.selection import Selection, run_device, select
 from bench.store import CaseResult, ResultWriter, RunResult, result_filename
 from bench.sweep import run_cases
-from bench.tables import format_mib, format_ms
+from bench.tables import case_line
 from gdn_cp.distributed import Platform, resolve_platform
 
 NAME = "run"
@@ -73,15 +72,6 @@ def main(args: argparse.Namespace) -> int:
     )
 
 
-def _device(suite_device: str, selections: Sequence[Selection]) -> str:
-    """The one device of the run: each scenario's own, else the suite's (--device has set both)."""
-    devices = {s.scenario.name: s.scenario.device or suite_device for s in selections}
-    if len(set(devices.values())) > 1:
-        listed = ", ".join(f"{name} ({d})" for name, d in devices.items())
-        raise ConfigError(f"scenarios {listed} name different devices; run them separately, or pass --device")
-    return next(iter(devices.values()))
-
-
 def _open_resumed(path: str, selections: Sequence[Selection], device_type: str) -> ResultWriter:
     writer = ResultWriter.resume(path)
     stored = writer.run
@@ -104,20 +94,6 @@ def _open_resumed(path: str, selections: Sequence[Selection], device_type: str) 
             )
         stored.scenarios[sel.scenario.name] = definition
     return writer
-
-
-def _case_line(result: CaseResult) -> str:
-    case_id = escape(result.case.case_id)
-    if result.status == "ok" and result.timing is not None:
-        t = result.timing
-        spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
-        return (
-            f"[green]ok[/]      {case_id:<36} {format_ms(t):>14}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
-            f"peak {format_mib(result.memory)}  [dim]{result.wall_s:.1f} s[/]"
-        )
-    first_line = (result.error or "").strip().splitlines()[0] if result.error else ""
-    style = "red" if result.status == "failed" else "yellow"
-    return f"[{style}]{result.status:<7}[/] {case_id:<36} {escape(first_line)}"
 
 
 def run(
@@ -162,9 +138,9 @@ def run(
             f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
             f"see `bench list {' '.join(names)}` for their fields"
         )
-    platform = resolve_platform(_device(suite.config.device, selections))
+    platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
-    launcher = _launcher(platform, job, suite, rank_fn)
+    launcher = make_launcher(platform, job, suite, rank_fn)
     for sel in selections:
         check_cases(
             sel.path,
@@ -172,7 +148,7 @@ def run(
             sel.cases,
             platform=platform,
             ranks_on_host=launcher.ranks_on_host,
-            max_local_ranks=_max_local_ranks(platform, job),
+            max_local_ranks=max_local_ranks(platform, job),
             overrides=overrides,
         )
 
@@ -189,7 +165,7 @@ def run(
         writer = _new_writer(output, suite, selections, platform, job) if leader else None
     todo = [c for c in cases if c.key() not in done]
     if leader:
-        _warn_oversubscription(todo, launcher)
+        warn_oversubscription(todo, launcher)
     try:
         results = _run_with_progress(todo, launcher, writer, console)
     except KeyboardInterrupt:
@@ -204,25 +180,6 @@ def run(
         show.render(writer.run, console)
         console.print(f"results: {escape(display(writer.path))}")
     return 2 if any(r.status == "failed" for r in results) else 0
-
-
-def _launcher(
-    platform: Platform, job: TorchrunEnv | None, suite: Suite, rank_fn: RankFn
-) -> LocalLauncher | TorchrunLauncher:
-    settings = {"threads_per_rank": suite.config.threads_per_rank, "timeout_s": suite.config.timeout_s}
-    if job is None:
-        return LocalLauncher(platform, rank_fn=rank_fn, **settings)
-    return TorchrunLauncher(platform, job, rank_fn=rank_fn, **settings)
-
-
-def _max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
-    """Local launches: one rank per accelerator; on cpu, MAX_RANKS_PER_CORE per core. Under torchrun the
-    job decides (None: unchecked)."""
-    if job is not None:
-        return None
-    if platform.device_type == "cpu":
-        return MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
-    return platform.device_count()
 
 
 def _new_writer(
@@ -253,15 +210,6 @@ def _new_writer(
     return ResultWriter(path, run)
 
 
-def _warn_oversubscription(cases: Sequence[Case], launcher: LocalLauncher | TorchrunLauncher) -> None:
-    """One warning per CP degree whose ranks' threads exceed the cores."""
-    for cp in sorted({c.cp for c in cases}):
-        case = next(c for c in cases if c.cp == cp)
-        warning = oversubscription_warning(launcher.ranks_on_host(case), launcher.threads_for(case))
-        if warning:
-            print_warning(f"cp={cp}: {warning}")
-
-
 def _run_with_progress(
     cases: Sequence[Case],
     launcher: LocalLauncher | TorchrunLauncher,
@@ -285,5 +233,5 @@ def _run_with_progress(
             launcher,
             writer,
             on_start=lambda c: progress.update(task, description=escape(c.key())),
-            on_done=lambda r: (progress.console.print(_case_line(r)), progress.advance(task)),
+            on_done=lambda r: (progress.console.print(case_line(r)), progress.advance(task)),
         )

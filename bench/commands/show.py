@@ -1,5 +1,6 @@
 """`bench show RESULT`: a result file as the seed's tables (mode | forward median | forward+backward median |
-peak allocated, per CP degree and sequence length), then the cases that failed or were skipped, with why."""
+peak allocated, per CP degree and sequence length), then the cases that failed or were skipped, with why,
+then the accuracy checks of `bench verify`, if the file holds any."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bench.analysis import describe_layer
 from bench.console import console as default_console
 from bench.store import RunResult, load_result
 from bench.tables import (
@@ -19,6 +21,7 @@ from bench.tables import (
     not_measured,
     seed_tables,
 )
+from bench.verification import print_tables, verification_tables
 
 NAME = "show"
 HELP = "Show a result file as tables shaped like the seed's (per CP degree and sequence length)."
@@ -54,14 +57,7 @@ def render(run: RunResult, console: Console) -> None:
     noisy = any(c.timing is not None and c.timing.noisy for c in run.cases)
     for table in seed_tables(run):
         scenario = run.scenarios.get(table.scenario, {})
-        dims = (
-            f"hidden {scenario.get('hidden_size')}, K/V heads {scenario.get('num_k_heads')}/"
-            f"{scenario.get('num_v_heads')}, head dims {scenario.get('head_k_dim')}/"
-            f"{scenario.get('head_v_dim')}, "
-            f"{scenario.get('dtype')}, batch {scenario.get('batch')}"
-            if scenario
-            else ""
-        )
+        dims = describe_layer(scenario) if scenario else ""
         t = Table(title=f"{escape(table.scenario)}: CP{table.cp}  ({escape(dims)})", title_justify="left")
         t.add_column("global seq", justify="right")
         t.add_column("mode")
@@ -98,6 +94,7 @@ def render(run: RunResult, console: Console) -> None:
             style = "red" if r.status == "failed" else "yellow"
             t.add_row(escape(r.key), f"[{style}]{r.status}[/]", escape(r.error or ""))
         console.print(t)
+    print_tables(verification_tables(run.verifications), console)
 
 
 def run(result: str, *, console: Console | None = None) -> int:

@@ -33,15 +33,23 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.commands import common_args
-from bench.commands.run import _device, _launcher, _max_local_ranks, _warn_oversubscription
 from bench.config import Case, Scenario, TrainSettings
 from bench.console import console as default_console
 from bench.env import collect_environment
 from bench.errors import UserError
 from bench.filters import parse_filters
-from bench.launcher import LocalLauncher, Outcome, TorchrunEnv, TorchrunLauncher, torchrun_env
+from bench.launcher import (
+    LocalLauncher,
+    Outcome,
+    TorchrunEnv,
+    TorchrunLauncher,
+    make_launcher,
+    max_local_ranks,
+    torchrun_env,
+    warn_oversubscription,
+)
 from bench.loader import ConfigError, Override, Suite, check_cases, display, load_suite, parse_overrides
-from bench.selection import Selection, select
+from bench.selection import Selection, run_device, select
 from bench.store import ResultWriter, RunResult, result_filename
 from bench.verification import (
     LayerHook,
@@ -310,9 +318,9 @@ def run(
         seed_lists = {s.scenario.name: [s.scenario.seed + i for i in range(seeds)] for s in selections}
         rank_fn = functools.partial(_layer_rank, seeds=seed_lists, layer_hook=layer_hook)
 
-    platform = resolve_platform(_device(suite.config.device, selections))
+    platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
-    launcher = _launcher(platform, job, suite, rank_fn)
+    launcher = make_launcher(platform, job, suite, rank_fn)
     for sel in selections:
         check_cases(
             sel.path,
@@ -320,7 +328,7 @@ def run(
             sel.cases,
             platform=platform,
             ranks_on_host=launcher.ranks_on_host,
-            max_local_ranks=_max_local_ranks(platform, job),
+            max_local_ranks=max_local_ranks(platform, job),
             overrides=overrides,
         )
     leader = job is None or job.rank == 0  # under torchrun only rank 0 prints and writes
@@ -330,7 +338,7 @@ def run(
     writer = _new_writer(output, name, suite, selections, platform, job) if leader else None
     todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
     if leader:
-        _warn_oversubscription([c for _, c in todo], launcher)
+        warn_oversubscription([c for _, c in todo], launcher)
     try:
         records = _verify_all(todo, launcher, writer, console, seeds=seeds, steps=steps_by_scenario or None)
     except KeyboardInterrupt:

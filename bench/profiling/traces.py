@@ -51,8 +51,13 @@ COLLECTIVE_OPS: dict[str, str] = {
     "c10d::recv_": "p2p",
     "c10d::recv_any_source_": "p2p",
 }
-"""c10d op -> collective kind. all_to_all includes the p2p/all_gather modes' Conv1D halo exchange (an
-all-to-all-v: the backend cannot tell it from Ulysses'); the bytes table (comm_stats) separates them."""
+"""c10d op -> collective kind, as the backend knows it. Inside a gdn_cp collective the op is reported
+under that collective's own kind instead (LABEL_PREFIX): the Conv1D halo exchange is an all-to-all-v that
+the backend cannot tell from Ulysses' all-to-all, but its `gdn_cp.halo` range can."""
+
+LABEL_PREFIX = "gdn_cp."
+"""gdn_cp.distributed.collectives wraps every wire transfer in a `gdn_cp.<kind>` record_function range
+(the kinds of gdn_cp.distributed.comm_stats: all_to_all, halo, all_gather, p2p, all_reduce)."""
 
 BACKEND_EVENTS: dict[str, str] = {
     "gloo:all_to_all": "all_to_all",
@@ -121,6 +126,17 @@ def _peer(event: dict[str, Any]) -> int | None:
         return None
 
 
+def _labelled_kind(op: dict[str, Any], labels: Sequence[dict[str, Any]]) -> str | None:
+    """The kind of the gdn_cp range enclosing a c10d op, if any."""
+    t0 = float(op["ts"])
+    t1 = t0 + float(op["dur"])
+    for label in labels:
+        start = float(label["ts"])
+        if start <= t0 and t1 <= start + float(label["dur"]):
+            return label["name"][len(LABEL_PREFIX) :]
+    return None
+
+
 def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
     """The profiled steps of one rank's Chrome trace and the collectives inside each."""
     events = _x_events(trace)
@@ -133,6 +149,7 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
         (e for e in events if e["name"] in COLLECTIVE_OPS and e.get("tid") == main),
         key=lambda e: float(e["ts"]),
     )
+    labels = [e for e in events if e["name"].startswith(LABEL_PREFIX) and e.get("tid") == main]
     backend: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in sorted((e for e in events if e["name"] in BACKEND_EVENTS), key=lambda e: float(e["ts"])):
         backend[BACKEND_EVENTS[e["name"]]].append(e)
@@ -162,7 +179,7 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
                 timeline.unpaired += i in unpaired
                 st.collectives.append(
                     Collective(
-                        kind=kind,
+                        kind=_labelled_kind(op, labels) or kind,
                         op=op["name"],
                         start_us=t - start,
                         end_us=min(ends[i], stop) - start,

@@ -3,7 +3,7 @@
 - `compare_on_rank` (layer.py): the CP layer vs the full-sequence reference, per seed, on every rank.
 - `train_on_rank` (training.py): the hybrid model trained under CP vs the single-rank reference.
 - records.py: what is stored per case (LayerVerification, TrainVerification) in RunResult.verifications.
-- summary.py, tables.py: the seed-shaped tables; `verification_markdown(run)` for reports.
+- summary.py, tables.py: the seed-shaped tables, for the terminal and for `bench report`.
 """
 
 from bench.verification.layer import LayerHook, compare_on_rank
@@ -14,7 +14,7 @@ from bench.verification.records import (
     error_growth,
     verification_from_dict,
 )
-from bench.verification.tables import print_tables, verification_markdown, verification_tables
+from bench.verification.tables import document_blocks, print_tables, verification_tables
 from bench.verification.training import Trajectory, train_on_rank
 
 __all__ = [
@@ -24,10 +24,10 @@ __all__ = [
     "Trajectory",
     "Verification",
     "compare_on_rank",
+    "document_blocks",
     "error_growth",
     "print_tables",
     "train_on_rank",
     "verification_from_dict",
-    "verification_markdown",
     "verification_tables",
 ]

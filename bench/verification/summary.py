@@ -16,7 +16,7 @@ from typing import get_args
 
 from bench.config import Mode
 from bench.verification.records import LayerVerification, TrainVerification, Verification
-from gdn_cp.accuracy import ErrorStats, LayerComparison, Thresholds
+from gdn_cp.accuracy import LayerComparison, Thresholds
 
 MODE_ORDER = {m: i for i, m in enumerate(get_args(Mode))}
 
@@ -151,19 +151,12 @@ class SmallestGradient:
     min_absmax: float
     """Smallest reference max-abs of any parameter gradient, over every comparison."""
     min_absmax_param: str
-    min_l2: float | None
-    """Smallest reference L2 norm, when the comparisons carry it (ErrorStats.ref_l2); else None."""
-    min_l2_param: str | None
+    min_l2: float
+    """Smallest reference L2 norm of any parameter gradient."""
+    min_l2_param: str
     max_param_abs_error: float
     """Largest raw parameter-gradient max-abs error: printed for diagnosis, not a bar (as in the seed)."""
     max_param_abs_error_param: str
-
-
-def _ref_l2(stats: ErrorStats) -> float | None:
-    # ||reference|| is in ErrorStats only once gdn_cp.accuracy records it (field `ref_l2`); older records
-    # lack it.
-    value = getattr(stats, "ref_l2", None)
-    return float(value) if value is not None else None
 
 
 def smallest_reference_gradient(comparisons: Sequence[LayerComparison]) -> SmallestGradient | None:
@@ -171,13 +164,12 @@ def smallest_reference_gradient(comparisons: Sequence[LayerComparison]) -> Small
     if not params:
         return None
     absmax_name, absmax = min(params, key=lambda kv: kv[1].ref_absmax)
-    l2 = [(name, v) for name, s in params if (v := _ref_l2(s)) is not None]
-    l2_name, l2_value = min(l2, key=lambda kv: kv[1]) if len(l2) == len(params) else (None, None)
+    l2_name, l2 = min(params, key=lambda kv: kv[1].ref_l2)
     err_name, err = max(params, key=lambda kv: kv[1].max_abs)
     return SmallestGradient(
         min_absmax=absmax.ref_absmax,
         min_absmax_param=absmax_name,
-        min_l2=l2_value,
+        min_l2=l2.ref_l2,
         min_l2_param=l2_name,
         max_param_abs_error=err.max_abs,
         max_param_abs_error_param=err_name,

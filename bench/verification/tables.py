@@ -1,5 +1,5 @@
-"""Verification tables, built once as plain cells and rendered twice: rich (the terminal) and markdown
-(`verification_markdown`, which `bench report` embeds).
+"""Verification tables, built once as plain cells and rendered twice: rich (the terminal: `print_tables`)
+and report blocks (`document_blocks`, which `bench report` renders to markdown or HTML).
 
 Per layer group (scenario, CP degree, dtype, sequence length): the seed's table, mode | output max abs |
 input-grad max abs | input-grad rel-L2 | worst param (name) rel-L2 | grad-norm rel diff | pass, each cell the
@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bench.document import Align, Block, Paragraph
+from bench.document import Table as DocTable
 from bench.tables import format_checkpoint, format_tokens
 from bench.thresholds import TrainThresholds
 from bench.verification.records import GROWTH_FACTOR, LayerVerification, TrainVerification, Verification
@@ -34,7 +36,7 @@ from bench.verification.summary import (
 )
 
 if TYPE_CHECKING:
-    from bench.store import RunResult
+    pass
 
 MAX_LISTED_FAILURES = 6
 """Failing metrics listed per case and seed; the rest are counted."""
@@ -155,14 +157,9 @@ def sweep_table(group: LayerGroup) -> TableData:
     )
     smallest = smallest_reference_gradient(comparisons)
     if smallest is not None:
-        l2 = (
-            f"min L2 norm {sci(smallest.min_l2)} ({smallest.min_l2_param})"
-            if smallest.min_l2 is not None
-            else "min L2 norm not recorded (needs gdn_cp.accuracy.ErrorStats.ref_l2)"
-        )
         table.notes.append(
             f"smallest reference parameter gradient: min max-abs {sci(smallest.min_absmax)} "
-            f"({smallest.min_absmax_param}), {l2}"
+            f"({smallest.min_absmax_param}), min L2 norm {sci(smallest.min_l2)} ({smallest.min_l2_param})"
         )
         table.notes.append(
             f"raw param-grad max-abs error (diagnostic, not a bar): {sci(smallest.max_param_abs_error)} "
@@ -323,26 +320,11 @@ def print_tables(tables: Sequence[TableData], console: Console) -> None:
             console.print(escape(note), style=style, soft_wrap=True)
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def to_markdown(table: TableData) -> str:
-    lines = [f"**{_md_cell(table.title)}**", ""]
-    lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
-    lines.append(
-        "|" + "|".join("---:" if i in table.numeric else "---" for i in range(len(table.headers))) + "|"
-    )
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
-    if table.notes:
-        lines.append("")
-        lines += [f"- {note}" for note in table.notes]
-    return "\n".join(lines)
-
-
-def verification_markdown(run: RunResult) -> str:
-    """A run's verification records as markdown: the tables above with their notes ("" when it has none).
-
-    `bench report` embeds this; `run` is a result file read with bench.store.load_result."""
-    tables = verification_tables(run.verifications)
-    return "\n\n".join(to_markdown(t) for t in tables) + ("\n" if tables else "")
+def document_blocks(tables: Sequence[TableData]) -> list[Block]:
+    """The tables as report blocks (bench.document renders them to markdown and HTML), notes under each."""
+    blocks: list[Block] = []
+    for t in tables:
+        align: list[Align] = ["right" if i in t.numeric else "left" for i in range(len(t.headers))]
+        blocks.append(DocTable(title=t.title, columns=t.headers, rows=t.rows, align=align))
+        blocks += [Paragraph(text=note, small=True) for note in t.notes]
+    return blocks

@@ -8,13 +8,15 @@
   backward r+1 -> r -> r-1).
 - `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
 
-All of them are no-ops (or identities) on a group of one rank. Every wire transfer reports to comm_stats.
+All of them are no-ops (or identities) on a group of one rank. Every wire transfer reports to comm_stats and
+runs inside a `gdn_cp.<kind>` profiler range.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -32,6 +34,18 @@ def _nbytes(numel: int, t: torch.Tensor) -> int:
     return numel * t.element_size()
 
 
+PROFILER_LABEL = "gdn_cp.{kind}"
+"""record_function name around every wire transfer, so that traces tell the halo from Ulysses' all-to-all."""
+
+
+@contextmanager
+def _on_wire(kind: str, sent: int, received: int) -> Iterator[None]:
+    """Count a transfer under `kind` (comm_stats) and label it in profiler traces."""
+    comm_stats.record(kind, sent, received)
+    with torch.profiler.record_function(PROFILER_LABEL.format(kind=kind)):
+        yield
+
+
 def _exchange(
     x: torch.Tensor,
     output_split_sizes: list[int],
@@ -44,12 +58,10 @@ def _exchange(
     x = x.contiguous()
     out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
     row = math.prod(x.shape[1:])
-    comm_stats.record(
-        kind,
-        _nbytes(row * (sum(input_split_sizes) - input_split_sizes[rank]), x),
-        _nbytes(row * (sum(output_split_sizes) - output_split_sizes[rank]), x),
-    )
-    dist.all_to_all_single(out, x, output_split_sizes, input_split_sizes, group=group)
+    sent = _nbytes(row * (sum(input_split_sizes) - input_split_sizes[rank]), x)
+    received = _nbytes(row * (sum(output_split_sizes) - output_split_sizes[rank]), x)
+    with _on_wire(kind, sent, received):
+        dist.all_to_all_single(out, x, output_split_sizes, input_split_sizes, group=group)
     return out
 
 
@@ -195,10 +207,9 @@ class _AllGather(torch.autograd.Function):
         _, size = group_rank_size(group)
         flat = x.reshape(-1).contiguous()  # gloo wants the concatenated (not stacked) output form
         out = flat.new_empty(size * flat.numel())
-        comm_stats.record(
-            "all_gather", _nbytes(flat.numel() * (size - 1), x), _nbytes(flat.numel() * (size - 1), x)
-        )
-        _all_gather_single(out, flat, group=group)
+        moved = _nbytes(flat.numel() * (size - 1), x)
+        with _on_wire("all_gather", moved, moved):
+            _all_gather_single(out, flat, group=group)
         return out.view(size, *x.shape)
 
     @staticmethod
@@ -217,14 +228,14 @@ def all_gather_stack(x: torch.Tensor, group: ProcessGroup | None = None) -> torc
 
 
 def _send(t: torch.Tensor, peer: int, group: ProcessGroup | None) -> None:
-    comm_stats.record("p2p", t.numel() * t.element_size(), 0)
-    dist.send(t.contiguous(), group_dst=peer, group=group)
+    with _on_wire("p2p", t.numel() * t.element_size(), 0):
+        dist.send(t.contiguous(), group_dst=peer, group=group)
 
 
 def _recv(like: torch.Tensor, peer: int, group: ProcessGroup | None) -> torch.Tensor:
     buf = torch.empty_like(like, memory_format=torch.contiguous_format)
-    comm_stats.record("p2p", 0, buf.numel() * buf.element_size())
-    dist.recv(buf, group_src=peer, group=group)
+    with _on_wire("p2p", 0, buf.numel() * buf.element_size()):
+        dist.recv(buf, group_src=peer, group=group)
     return buf
 
 
@@ -282,8 +293,8 @@ def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: Proces
             by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
     for grads in by_dtype.values():
         flat = torch.cat([g.reshape(-1) for g in grads])
-        comm_stats.record("all_reduce", _nbytes(flat.numel(), flat), _nbytes(flat.numel(), flat))
-        dist.all_reduce(flat, group=group)
+        with _on_wire("all_reduce", _nbytes(flat.numel(), flat), _nbytes(flat.numel(), flat)):
+            dist.all_reduce(flat, group=group)
         offset = 0
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))

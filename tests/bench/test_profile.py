@@ -63,7 +63,8 @@ def test_profile_writes_a_trace_per_rank_and_the_bytes_match_the_model(
             )
         )
         assert b["step_us"] > 0 and parts == pytest.approx(b["step_us"])
-        assert b.get("p2p_us", 0) >= 0 and b.get("all_to_all_us", 0) >= 0
+        assert b["p2p_us"] >= 0 and b["halo_us"] >= 0  # the halo exchange is told apart from all_to_all
+        assert "all_to_all_us" not in b  # p2p mode runs no Ulysses exchange
     for m in summary["memory"]:
         assert (
             m["error"] is None
@@ -149,3 +150,27 @@ def test_breakdown_splits_waiting_from_transfer_and_finds_the_straggler():
     assert straggler([b0]) is None
     with pytest.raises(ValueError, match="one timeline per rank"):
         breakdown([r1])
+
+
+def test_gdn_cp_ranges_name_the_collective_the_backend_cannot_tell_apart():
+    """A c10d all-to-all inside a `gdn_cp.halo` range is the Conv1D halo, not Ulysses' exchange."""
+
+    def x(name, ts, dur, tid=1):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid, "args": {}}
+
+    trace = {
+        "traceEvents": [
+            x("bench.step", 1000, 100),
+            x("gdn_cp.halo", 1005, 30),
+            x("c10d::alltoall_base_", 1010, 2),
+            x("gloo:all_to_all", 1012, 18, tid=2),
+            x("gdn_cp.all_to_all", 1040, 30),
+            x("c10d::alltoall_base_", 1045, 2),
+            x("gloo:all_to_all", 1047, 10, tid=2),
+        ]
+    }
+    (step,) = read_timeline(trace, rank=0).steps
+    assert [(c.kind, c.start_us, c.end_us) for c in step.collectives] == [
+        ("halo", 10, 30),
+        ("all_to_all", 45, 57),
+    ]

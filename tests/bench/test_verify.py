@@ -12,10 +12,17 @@ import verify_ranks
 from bench.cli import main
 from bench.commands import verify as verify_command
 from bench.config import Scenario, Sweep, TrainSettings
+from bench.document import Section, render_markdown
 from bench.errors import FieldError, UserError
 from bench.store import load_result, save_result
 from bench.thresholds import ThresholdSpec
-from bench.verification import LayerVerification, TrainVerification, error_growth, verification_markdown
+from bench.verification import (
+    LayerVerification,
+    TrainVerification,
+    document_blocks,
+    error_growth,
+    verification_tables,
+)
 from bench.verification.records import GROWTH_FLOOR
 from gdn_cp.accuracy import Thresholds
 
@@ -86,8 +93,22 @@ def test_every_mode_passes_with_a_two_seed_sweep(suite_dir: Path, verify_scenari
         }
         worst = max(c.worst_param[1].rel_l2 for c in r.comparisons)
         assert 0 <= worst < 1e-3 and all(c.output.rel_l2 < 1e-5 for c in r.comparisons)
-    markdown = verification_markdown(run)
+    # the file reads back through `bench show` and `bench report`
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "input-grad rel-L2" in shown and "2-seed sweep over ulysses, p2p, all_gather" in shown
+    report = suite_dir / "v.md"
+    assert main(["report", str(out), "--out", str(report)]) == 0
+    markdown = report.read_text()
+    assert "Accuracy (bench verify)" in markdown
     assert "| mode | output max abs |" in markdown and "| p2p |" in markdown and "2-seed sweep" in markdown
+
+
+def verification_markdown(run) -> str:
+    """The run's verification tables as `bench report` renders them in markdown."""
+    blocks = document_blocks(verification_tables(run.verifications))
+    return render_markdown("report", [Section(title="Accuracy", blocks=blocks)], None)
 
 
 def vars_of(t: Thresholds) -> dict[str, float]:
