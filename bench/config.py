@@ -33,6 +33,7 @@ Device = Literal["auto", "cpu", "cuda", "npu"]
 LayerType = Literal["linear_attention", "full_attention"]
 """Token mixer of a hybrid-model layer (gdn_cp.models.Qwen35HybridConfig.layer_types)."""
 GradReduction = Literal["auto", "fsdp2", "all_reduce"]
+MasterWeights = Literal["fp32", "model"]
 """How `bench verify --train` sums parameter gradients over the CP ranks."""
 
 PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd"}
@@ -267,6 +268,11 @@ class TrainSettings:
     """How CP parameter gradients are summed over the ranks: fsdp2 (torch.distributed.fsdp.fully_shard over
     a 1-D mesh of the CP ranks, gradient divide factor 1 so that the partial gradients are summed), all_reduce
     (gdn_cp.distributed.all_reduce_gradients), or auto: fsdp2 where torch has fully_shard, else all_reduce."""
+    master_weights: MasterWeights = "fp32"
+    """fp32: parameters, gradients and AdamW state in fp32, forward and backward in the scenario's dtype
+    (mixed precision: FSDP2's MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=fp32); the reference
+    and the all_reduce path make the same casts by hand). model: everything in the scenario's dtype (pure
+    bf16 training when dtype is bf16). The same for fp32 scenarios."""
 
     def __post_init__(self) -> None:
         check_fields(self)

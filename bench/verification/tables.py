@@ -195,7 +195,8 @@ def train_table(group: TrainGroup) -> TableData:
         title=(
             f"{_dims(group.key, first)}: {group.steps}-step training, layers "
             f"{'/'.join(t.split('_')[0] for t in s.get('layer_types', []))}, AdamW lr {s.get('lr'):g} "
-            f"wd {s.get('weight_decay'):g}, gradients summed by {reductions}"
+            f"wd {s.get('weight_decay'):g}, gradients summed by {reductions}, "
+            f"{s.get('master_weights', 'model')} master weights"
         ),
         headers=headers,
         numeric=set(range(len(headers) - 6, len(headers) - 2)),

@@ -12,6 +12,12 @@ attention by Ulysses), and its parameter gradients are summed over the ranks:
   it, `set_force_sum_reduction_for_comms(True)`: a plain SUM reduce-scatter (gloo has no PREMUL_SUM).
 - all_reduce: gdn_cp.distributed.all_reduce_gradients after backward.
 
+Precision (`train.master_weights`): with fp32 master weights and a bf16 (or fp16) scenario, both models keep
+parameters, gradients and AdamW state in fp32 and run forward and backward in the scenario's dtype: under
+FSDP2 through its MixedPrecisionPolicy (param_dtype = the scenario's dtype, reduce_dtype = fp32), otherwise
+through `MixedPrecision`, which makes the same casts by hand (parameters cast down before each step,
+gradients cast up before they are summed and stepped).
+
 Before step 0 every parameter of the CP model (gathered to full size under FSDP2) is compared with the
 reference's, bit for bit. Each step draws a new random batch (the same on every rank and for both models),
 runs forward and backward, records the global loss and the global gradient norm of both models, then steps
@@ -31,6 +37,7 @@ from torch import nn
 
 from bench.config import Case, TrainSettings
 from gdn_cp.distributed import all_reduce_gradients, resolve_platform, shard_sequence
+from gdn_cp.dtypes import to_dtype
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
 
 
@@ -51,7 +58,8 @@ class Trajectory:
 
 
 def hybrid_config(case: Case, settings: TrainSettings) -> Qwen35HybridConfig:
-    """The hybrid model of a case: the GDN layers from the case, the rest from the train settings."""
+    """The hybrid model of a case: the GDN layers from the case, the rest from the train settings; its
+    parameters in fp32 with fp32 master weights, else in the case's dtype."""
     return Qwen35HybridConfig(
         vocab_size=settings.vocab_size,
         hidden_size=case.hidden_size,
@@ -66,7 +74,7 @@ def hybrid_config(case: Case, settings: TrainSettings) -> Qwen35HybridConfig:
         linear_value_head_dim=case.head_v_dim,
         linear_conv_kernel_dim=case.conv_kernel_size,
         chunk_size=case.chunk_size,
-        dtype=case.dtype,
+        dtype="fp32" if settings.master_weights == "fp32" else case.dtype,
     )
 
 
@@ -86,13 +94,42 @@ def resolve_grad_reduction(setting: str) -> str:
     return "fsdp2" if fsdp2_available() else "all_reduce"
 
 
-def shard_with_fsdp2(model: Qwen35Hybrid, mesh) -> None:
-    """fully_shard every decoder layer and the root over `mesh`, with gradients summed (not averaged)."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+class MixedPrecision:
+    """fp32 master parameters with forward and backward in a lower dtype, by hand (what FSDP2's
+    MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=fp32) does, without FSDP).
 
+    `compute` is a copy of `master` in `compute_dtype`; `to_compute()` refreshes it from the master weights
+    (before each step), `grads_to_master()` hands its gradients to the master parameters in fp32.
+    """
+
+    def __init__(self, master: nn.Module, compute_dtype: torch.dtype) -> None:
+        self.master = master
+        self.compute = copy.deepcopy(master)
+        for p in self.compute.parameters():  # parameters only, as FSDP2: buffers (RoPE's) keep their dtype
+            p.data = p.data.to(compute_dtype)
+
+    def to_compute(self) -> None:
+        with torch.no_grad():
+            for c, m in zip(self.compute.parameters(), self.master.parameters(), strict=True):
+                c.copy_(m)
+
+    def grads_to_master(self) -> None:
+        for c, m in zip(self.compute.parameters(), self.master.parameters(), strict=True):
+            m.grad = None if c.grad is None else c.grad.to(m.dtype)
+            c.grad = None
+
+
+def shard_with_fsdp2(model: Qwen35Hybrid, mesh, compute_dtype: torch.dtype | None = None) -> None:
+    """fully_shard every decoder layer and the root over `mesh`, with gradients summed (not averaged);
+    with `compute_dtype`, forward and backward run in it and gradients are summed in fp32."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(
+        param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None
+    )
     for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             divide = getattr(module, "set_gradient_divide_factor", None)
@@ -166,6 +203,8 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
     torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
     model = Qwen35Hybrid(config).to(device)
     reference = copy.deepcopy(model) if rank == 0 else None
+    compute_dtype = to_dtype(case.dtype)
+    mixed = config.dtype != compute_dtype  # fp32 master weights, a lower compute dtype
 
     reduction = resolve_grad_reduction(settings.grad_reduction)
     if reduction == "fsdp2":
@@ -175,12 +214,19 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
         apply_context_parallel(
             model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
         )
-        shard_with_fsdp2(model, mesh)
+        shard_with_fsdp2(model, mesh, compute_dtype if mixed else None)
+        cp_cast = None
     else:
+        # Without FSDP2 the casts of mixed precision are made by hand: the compute copy runs under CP,
+        # the fp32 master weights only take its gradients and the optimizer's steps.
+        cp_cast = MixedPrecision(model, compute_dtype) if mixed else None
         apply_context_parallel(
-            model, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
+            cp_cast.compute if cp_cast else model,
+            linear_attention_mode=case.mode,
+            checkpoint_summary=bool(case.checkpoint),
         )
     checked, mismatched = _mismatched(model, reference)
+    ref_cast = MixedPrecision(reference, compute_dtype) if mixed and reference is not None else None
 
     def adamw(m: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW(m.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
@@ -193,9 +239,11 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
         tokens = torch.randint(0, config.vocab_size, (case.batch, case.seq_len + 1), generator=generator)
         inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)  # labels: the next token
 
-        result = model(shard_sequence(inputs), shard_sequence(labels))
+        result = (cp_cast.compute if cp_cast else model)(shard_sequence(inputs), shard_sequence(labels))
         assert result.loss is not None
         result.loss.backward()
+        if cp_cast is not None:
+            cp_cast.grads_to_master()
         if reduction == "all_reduce":
             all_reduce_gradients(model.parameters())
         loss = result.loss.detach().float().clone()
@@ -204,15 +252,21 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
         out.cp_grad_norm.append(grad_norm(model, sharded=reduction == "fsdp2"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if cp_cast is not None:
+            cp_cast.to_compute()
 
         if reference is not None and ref_optimizer is not None:
-            ref_result = reference(inputs, labels)
+            ref_result = (ref_cast.compute if ref_cast else reference)(inputs, labels)
             assert ref_result.loss is not None
             ref_result.loss.backward()
+            if ref_cast is not None:
+                ref_cast.grads_to_master()
             out.ref_loss.append(ref_result.loss.detach().float().item())
             out.ref_grad_norm.append(grad_norm(reference, sharded=False))
             ref_optimizer.step()
             ref_optimizer.zero_grad(set_to_none=True)
+            if ref_cast is not None:
+                ref_cast.to_compute()
 
     shared = [out]
     dist.broadcast_object_list(shared, src=0)  # rank 0 holds the reference's numbers
