@@ -27,7 +27,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from bench import worker
 from bench.config import Case
 from bench.console import print_warning
-from bench.loader import Suite
+from bench.loader import Override, Suite, check_cases
+from bench.selection import Selection
 from bench.store import Status
 from bench.worker import RankResults
 from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, run_on_ranks
@@ -132,6 +133,10 @@ class LocalLauncher:
     def ranks_on_host(self, case: Case) -> int:
         return case.cp
 
+    def group(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to join: every case starts its own process group."""
+        return contextlib.nullcontext()
+
     def threads_for(self, case: Case) -> int:
         return threads_per_rank(self.threads_per_rank, case.cp)
 
@@ -215,7 +220,7 @@ class TorchrunLauncher:
         return Outcome(status="ok", results=results, wall_s=wall)
 
 
-def make_launcher(
+def _make_launcher(
     platform: Platform, job: TorchrunEnv | None, suite: Suite, rank_fn: RankFn
 ) -> LocalLauncher | TorchrunLauncher:
     """The launcher of a command's cases: local launches, or this rank of a torchrun job."""
@@ -225,7 +230,7 @@ def make_launcher(
     return TorchrunLauncher(platform, job, rank_fn=rank_fn, **settings)
 
 
-def max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
+def _max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
     """Local launches: one rank per accelerator; on cpu, MAX_RANKS_PER_CORE per core. Under torchrun the
     job decides (None: unchecked)."""
     if job is not None:
@@ -242,3 +247,32 @@ def warn_oversubscription(cases: Sequence[Case], launcher: LocalLauncher | Torch
         warning = oversubscription_warning(launcher.ranks_on_host(case), launcher.threads_for(case))
         if warning:
             print_warning(f"cp={cp}: {warning}")
+
+
+def leads(job: TorchrunEnv | None) -> bool:
+    """Whether this process prints and writes results: always locally, rank 0 under torchrun."""
+    return job is None or job.rank == 0
+
+
+def prepare_launch(
+    platform: Platform,
+    job: TorchrunEnv | None,
+    suite: Suite,
+    selections: Sequence[Selection],
+    overrides: Sequence[Override],
+    rank_fn: RankFn,
+) -> LocalLauncher | TorchrunLauncher:
+    """The launcher of the selections' cases, once every case has passed the checks against this host
+    (bench.loader.check_cases: shapes, local ranks, memory), before any rank starts."""
+    launcher = _make_launcher(platform, job, suite, rank_fn)
+    for sel in selections:
+        check_cases(
+            sel.path,
+            sel.scenario,
+            sel.cases,
+            platform=platform,
+            ranks_on_host=launcher.ranks_on_host,
+            max_local_ranks=_max_local_ranks(platform, job),
+            overrides=overrides,
+        )
+    return launcher

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.config import Case, Scenario
+from bench.errors import UserError
 from bench.filters import CaseFilter
 from bench.loader import ConfigError, Override, Suite, find_scenario, load_scenario
 
@@ -43,3 +44,15 @@ def run_device(suite_device: str, selections: Sequence[Selection]) -> str:
         listed = ", ".join(f"{name} ({d})" for name, d in devices.items())
         raise ConfigError(f"scenarios {listed} name different devices; run them separately, or pass --device")
     return next(iter(devices.values()))
+
+
+def require_cases(selections: Sequence[Selection], filters: Sequence[str]) -> None:
+    """UserError when --filter left no case in any of the selections."""
+    if any(s.cases for s in selections):
+        return
+    names = [s.scenario.name for s in selections]
+    total = sum(s.total for s in selections)
+    raise UserError(
+        f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
+        f"see `bench list {' '.join(names)}` for their fields"
+    )

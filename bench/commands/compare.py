@@ -28,7 +28,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bench import interleave
@@ -42,8 +41,8 @@ from bench.comparison import (
     compare_runs,
     min_p_value,
 )
+from bench.console import case_progress, print_warning
 from bench.console import console as default_console
-from bench.console import print_warning
 from bench.document import Table as DocTable
 from bench.document import markdown_table, markdown_text
 from bench.errors import UserError
@@ -195,14 +194,7 @@ def _run_refs(
             + (", alternating case by case" if len(checkouts) > 1 else "")
             + f"; results in {escape(display(folder))}"
         )
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
+        progress = case_progress(console)
         task = progress.add_task("", total=len(staged.plan) * len(checkouts))
         try:
             with progress:

@@ -16,7 +16,7 @@ Exit code: 0; 3 when the counted bytes differ from the model (a bug in a collect
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import datetime
 import functools
 import json
@@ -34,8 +34,8 @@ from bench.console import console as default_console
 from bench.env import collect_environment
 from bench.errors import UserError
 from bench.filters import parse_filters
-from bench.launcher import TorchrunEnv, TorchrunLauncher, make_launcher, max_local_ranks, torchrun_env
-from bench.loader import Override, check_cases, display, load_suite, parse_overrides
+from bench.launcher import TorchrunEnv, leads, prepare_launch, torchrun_env
+from bench.loader import Override, display, load_suite, parse_overrides
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
 from bench.selection import run_device, select
 from bench.store import result_filename
@@ -228,21 +228,13 @@ def run(
     job = torchrun_env()
     run_dir = _run_dir(output, suite.results_dir, platform, the_case, job)
     rank_fn = functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
-    launcher = make_launcher(platform, job, suite, rank_fn)
-    check_cases(
-        sel.path,
-        sel.scenario,
-        [the_case],
-        platform=platform,
-        ranks_on_host=launcher.ranks_on_host,
-        max_local_ranks=max_local_ranks(platform, job),
-        overrides=overrides,
+    launcher = prepare_launch(
+        platform, job, suite, [dataclasses.replace(sel, cases=[the_case])], overrides, rank_fn
     )
-    if job is not None and job.rank != 0:
+    if not leads(job):
         console = Console(quiet=True)
     console.print(f"profiling {escape(the_case.key())} on {the_case.cp} ranks ({platform.device_type})")
-    group = launcher.group() if isinstance(launcher, TorchrunLauncher) else contextlib.nullcontext()
-    with group:
+    with launcher.group():
         outcome = launcher.run(the_case)
     if outcome.status != "ok":
         console.print(f"[red]{outcome.status}[/]: {escape(outcome.error or '')}")

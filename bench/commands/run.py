@@ -9,18 +9,17 @@ keeps what finished and `--resume FILE` continues it. Exit code: 0 when every ca
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import worker
 from bench.commands import common_args, show
 from bench.config import Case
+from bench.console import case_progress
 from bench.console import console as default_console
 from bench.env import collect_environment
 from bench.errors import UserError
@@ -30,13 +29,13 @@ from bench.launcher import (
     RankFn,
     TorchrunEnv,
     TorchrunLauncher,
-    make_launcher,
-    max_local_ranks,
+    leads,
+    prepare_launch,
     torchrun_env,
     warn_oversubscription,
 )
-from bench.loader import Override, Suite, check_cases, display, load_suite, parse_overrides
-from bench.selection import Selection, run_device, select
+from bench.loader import Override, Suite, display, load_suite, parse_overrides
+from bench.selection import Selection, require_cases, run_device, select
 from bench.store import CaseResult, ResultWriter, RunResult, result_filename
 from bench.sweep import run_cases
 from bench.tables import case_line
@@ -130,29 +129,14 @@ def run(
         overrides.append(Override(key="device", value=device, text=f"--device {device}"))
     suite = load_suite(config, overrides)
     selections = select(suite, scenarios, overrides, parse_filters(filters))
+    require_cases(selections, filters)
     cases: list[Case] = [c for s in selections for c in s.cases]
     names = [s.scenario.name for s in selections]
-    if not cases:
-        total = sum(s.total for s in selections)
-        raise UserError(
-            f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
-            f"see `bench list {' '.join(names)}` for their fields"
-        )
     platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
-    launcher = make_launcher(platform, job, suite, rank_fn)
-    for sel in selections:
-        check_cases(
-            sel.path,
-            sel.scenario,
-            sel.cases,
-            platform=platform,
-            ranks_on_host=launcher.ranks_on_host,
-            max_local_ranks=max_local_ranks(platform, job),
-            overrides=overrides,
-        )
+    launcher = prepare_launch(platform, job, suite, selections, overrides, rank_fn)
 
-    leader = job is None or job.rank == 0  # under torchrun only rank 0 prints and writes
+    leader = leads(job)
     if not leader:
         console = Console(quiet=True)
     if resume:
@@ -217,17 +201,9 @@ def _run_with_progress(
     console: Console,
 ) -> list[CaseResult]:
     """Run the cases under a progress bar, one status line per finished case."""
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = case_progress(console)
     task = progress.add_task("", total=len(cases))
-    group = launcher.group() if isinstance(launcher, TorchrunLauncher) else contextlib.nullcontext()
-    with group, progress:
+    with launcher.group(), progress:
         return run_cases(
             cases,
             launcher,

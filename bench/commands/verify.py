@@ -21,7 +21,6 @@ world size are skipped (recorded with the reason), as in `bench run`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import functools
@@ -30,10 +29,10 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.commands import common_args
 from bench.config import Case, Scenario, TrainSettings
+from bench.console import case_progress
 from bench.console import console as default_console
 from bench.env import collect_environment
 from bench.errors import UserError
@@ -43,13 +42,13 @@ from bench.launcher import (
     Outcome,
     TorchrunEnv,
     TorchrunLauncher,
-    make_launcher,
-    max_local_ranks,
+    leads,
+    prepare_launch,
     torchrun_env,
     warn_oversubscription,
 )
-from bench.loader import ConfigError, Override, Suite, check_cases, display, load_suite, parse_overrides
-from bench.selection import Selection, run_device, select
+from bench.loader import ConfigError, Override, Suite, display, load_suite, parse_overrides
+from bench.selection import Selection, require_cases, run_device, select
 from bench.store import ResultWriter, RunResult, result_filename
 from bench.verification import (
     LayerHook,
@@ -301,13 +300,8 @@ def run(
         dataclasses.replace(s, cases=verification_cases(s.cases))
         for s in select(suite, scenarios, overrides, parse_filters(filters))
     ]
+    require_cases(selections, filters)
     names = [s.scenario.name for s in selections]
-    if not any(s.cases for s in selections):
-        total = sum(s.total for s in selections)
-        raise UserError(
-            f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
-            f"see `bench list {' '.join(names)}` for their fields"
-        )
     steps_by_scenario: dict[str, int] = {}
     if train is not None:
         trained = {s.scenario.name: _check_train(s, train) for s in selections}
@@ -320,18 +314,8 @@ def run(
 
     platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
-    launcher = make_launcher(platform, job, suite, rank_fn)
-    for sel in selections:
-        check_cases(
-            sel.path,
-            sel.scenario,
-            sel.cases,
-            platform=platform,
-            ranks_on_host=launcher.ranks_on_host,
-            max_local_ranks=max_local_ranks(platform, job),
-            overrides=overrides,
-        )
-    leader = job is None or job.rank == 0  # under torchrun only rank 0 prints and writes
+    launcher = prepare_launch(platform, job, suite, selections, overrides, rank_fn)
+    leader = leads(job)
     if not leader:
         console = Console(quiet=True)
     name = ("verify-train-" if train is not None else "verify-") + "+".join(names)
@@ -362,18 +346,10 @@ def _verify_all(
     steps: dict[str, int] | None,
 ) -> list[Verification]:
     """Launch every case in order under a progress bar; record and print each as it finishes."""
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = case_progress(console)
     task = progress.add_task("", total=len(todo))
     records: list[Verification] = []
-    group = launcher.group() if isinstance(launcher, TorchrunLauncher) else contextlib.nullcontext()
-    with group, progress:
+    with launcher.group(), progress:
         for scenario, case in todo:
             progress.update(task, description=escape(case.key()))
             outcome = launcher.run(case)
