@@ -1,7 +1,7 @@
-"""Accuracy of a CP layer against the full-sequence single-device reference (the seed's study).
+"""Accuracy of a CP layer against the full-sequence single-device reference (the reference PR's study).
 
 Metrics per tensor (`error_stats`): max-abs error, the reference's abs-max, their ratio (scale-aware), the
-relative L2 error and finiteness. `Thresholds` holds the seed's pass bars; `LayerComparison.failures`
+relative L2 error and finiteness. `Thresholds` holds the reference PR's pass bars; `LayerComparison.failures`
 names every metric above its bar. `compare_layer_under_cp` runs on every rank of a process group.
 """
 
@@ -57,7 +57,7 @@ def error_stats(actual: torch.Tensor, reference: torch.Tensor) -> ErrorStats:
 
 @dataclass(kw_only=True, slots=True)
 class Thresholds:
-    """Pass bars. Defaults are the seed's bf16 bars (reference PR, section 1)."""
+    """Pass bars. Defaults are the reference PR's bf16 bars (reference PR, section 1)."""
 
     output_max_abs: float = 5e-2
     """Output max-abs error (an outlier guard; the scale-aware bars below decide)."""

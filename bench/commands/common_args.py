@@ -17,15 +17,7 @@ def add_config(parser: argparse.ArgumentParser) -> None:
 def add_scenarios(parser: argparse.ArgumentParser, help: str) -> None:
     """Positional scenario names or paths, --set and --filter."""
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=help)
-    parser.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a suite or scenario key, value in YAML (e.g. --set repeat=3 --set 'cp=[1,2]'); "
-        "repeatable",
-    )
+    add_sets(parser)
     parser.add_argument(
         "--filter",
         dest="filters",
@@ -34,6 +26,18 @@ def add_scenarios(parser: argparse.ArgumentParser, help: str) -> None:
         metavar="EXPR",
         help="keep cases matching comma-separated field=pattern terms (e.g. mode=p2p,cp=2) or a case-id "
         "wildcard (e.g. '*cp4*'); repeat the flag for OR",
+    )
+
+
+def add_sets(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite or scenario key, value in YAML (e.g. --set repeat=3 --set 'cp=[1,2]'); "
+        "repeatable",
     )
 
 

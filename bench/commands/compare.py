@@ -3,10 +3,11 @@
 BASE and HEAD are each a result file (when the path exists) or a git ref. Two files are compared as they
 are. With a ref, the ref is checked out in a temporary worktree and its own code runs the scenarios (from
 the current working tree, identical for both sides), alternating base and head case by case in this
-session (bench.interleave); both sides' result files are kept (results/compare-<date>/, or --save-dir) so
-that they can be compared again later. A ref against a file runs only the ref, on the file's cases.
+session (bench.launch.interleave); both sides' result files are kept (results/compare-<date>/, or
+--save-dir) so that they can be compared again later. A ref against a file runs only the ref, on the
+file's cases.
 
-Per case ok on both sides (bench.comparison): the ratio head/base of the rank-max median, a two-sided
+Per case ok on both sides (bench.results.comparison): the ratio head/base of the rank-max median, a two-sided
 Mann-Whitney U test on the per-repeat rank-max samples, a verdict (better / worse only past --factor and
 below --alpha, else ~) and the peak-memory delta. Cases from different machines, devices, torch versions or
 scenario definitions are "not comparable" unless --force.
@@ -30,10 +31,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bench import interleave
-from bench.analysis import source_label
 from bench.commands import common_args
-from bench.comparison import (
+from bench.console import case_progress, print_warning
+from bench.console import console as default_console
+from bench.errors import UserError
+from bench.launch import interleave
+from bench.launch.gitrefs import FileSide, RefSide, Side, repo_root, resolve_side, worktree
+from bench.launch.interleave import Checkout
+from bench.render.document import Table as DocTable
+from bench.render.document import markdown_table, markdown_text
+from bench.results.analysis import source_label
+from bench.results.comparison import (
     DEFAULT_ALPHA,
     DEFAULT_FACTOR,
     CaseComparison,
@@ -41,18 +49,11 @@ from bench.comparison import (
     compare_runs,
     min_p_value,
 )
-from bench.console import case_progress, print_warning
-from bench.console import console as default_console
-from bench.document import Table as DocTable
-from bench.document import markdown_table, markdown_text
-from bench.errors import UserError
-from bench.filters import CaseFilter, parse_filters
-from bench.gitrefs import FileSide, RefSide, Side, repo_root, resolve_side, worktree
-from bench.interleave import Checkout
-from bench.loader import Override, display, load_suite, parse_overrides
-from bench.selection import select
-from bench.store import RunResult, load_result, result_filename
-from bench.tables import case_line, format_ms
+from bench.results.store import RunResult, load_result, result_filename
+from bench.results.tables import case_line, format_ms
+from bench.suite.filters import CaseFilter, parse_filters
+from bench.suite.loader import display, load_suite, parse_overrides
+from bench.suite.selection import select
 
 NAME = "compare"
 HELP = (
@@ -155,9 +156,7 @@ def _run_refs(
     runner: interleave.Runner,
 ) -> list[Path]:
     """Run the selected cases on every ref side, alternating; the result file of each side, in order."""
-    overrides = parse_overrides(sets)
-    if device is not None:
-        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     file_run = next((load_result(s.path) for s in sides if isinstance(s, FileSide)), None)
     names = list(scenarios) or (list(file_run.scenarios) if file_run is not None else [])
@@ -381,12 +380,12 @@ def run(
         base, head: result files, or git refs of the repository around the working directory
         scenarios, sets, filters, device, config: what to run on refs, as for `bench run`; `filters` also
             narrows the cases of two result files
-        factor, alpha: the verdict's thresholds (bench.comparison)
+        factor, alpha: the verdict's thresholds (bench.results.comparison)
         force: compare cases that are not comparable, with a warning
         fmt: "table" (rich) or "markdown" (printed as is, for a PR comment)
         fail_on_regression: return 3 when a case is worse or failed on head only
         save_dir: with refs, the folder of both sides' result files
-        runner: runs one case on one side (bench.interleave.run_on_side); a test hook
+        runner: runs one case on one side (bench.launch.interleave.run_on_side); a test hook
     """
     console = console or default_console
     if factor <= 1.0:

@@ -11,11 +11,12 @@ from rich.table import Table
 
 from bench.commands import common_args
 from bench.console import console as default_console
-from bench.estimate import estimate_peak_bytes
-from bench.filters import parse_filters
-from bench.loader import ConfigError, check_cases, display, load_suite, parse_overrides, scenario_names
-from bench.selection import select
-from bench.tables import format_checkpoint, format_tokens
+from bench.launch.estimate import estimate_peak_bytes
+from bench.launch.preflight import check_cases
+from bench.results.tables import format_checkpoint, format_tokens
+from bench.suite.filters import parse_filters
+from bench.suite.loader import ConfigError, display, load_suite, parse_overrides, scenario_names
+from bench.suite.selection import select
 
 NAME = "list"
 HELP = (
@@ -67,13 +68,12 @@ def run(
         return 0
     for sel in select(suite, scenarios, overrides, parse_filters(filters)):
         check_cases(
-            sel.path,
+            sel.locate,
             sel.scenario,
             sel.cases,
             platform=None,
             ranks_on_host=lambda c: c.cp,
             max_local_ranks=None,
-            overrides=overrides,
         )
         s = sel.scenario
         title = (

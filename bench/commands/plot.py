@@ -1,4 +1,5 @@
-"""`bench plot RESULT ... [--out DIR]`: the scaling charts of result files, as PNG and SVG (bench.plots).
+"""`bench plot RESULT ... [--out DIR]`: the scaling charts of result files, as PNG and SVG
+(bench.render.plots).
 
 Several files overlay as series (e.g. two branches). File names are stable (time_vs_seq.png, ...), so a
 README can embed them; a chart the results cannot support is skipped with a one-line note.
@@ -16,8 +17,8 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
-from bench.loader import display, load_suite
-from bench.store import load_result
+from bench.results.store import load_result
+from bench.suite.loader import display, load_suite
 
 NAME = "plot"
 HELP = (
@@ -47,7 +48,7 @@ def run(
 ) -> int:
     """Write every chart the results support into `out`; returns 0 (UserError when none can be drawn)."""
     # Imported here: matplotlib takes a while to load, and only plot and report need it.
-    from bench.plots import build_charts, sources_for
+    from bench.render.plots import build_charts, sources_for
 
     console = console or default_console
     runs = [load_result(p) for p in results]

@@ -29,16 +29,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.commands import common_args
-from bench.config import Case
+from bench.commands.session import console_for
 from bench.console import console as default_console
-from bench.env import collect_environment
 from bench.errors import UserError
-from bench.filters import parse_filters
-from bench.launcher import TorchrunEnv, leads, prepare_launch, torchrun_env
-from bench.loader import Override, display, load_suite, parse_overrides
+from bench.launch.launcher import TorchrunEnv, prepare_launch, torchrun_env
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
-from bench.selection import run_device, select
-from bench.store import result_filename
+from bench.results.env import collect_environment
+from bench.results.store import result_filename
+from bench.suite.config import Case
+from bench.suite.filters import parse_filters
+from bench.suite.loader import display, load_suite, parse_overrides
+from bench.suite.selection import run_device, select
 from gdn_cp.distributed import Platform, resolve_platform
 
 NAME = "profile"
@@ -70,14 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the one case to profile, in --filter syntax (e.g. mode=p2p,cp=2,checkpoint=true or a case id)",
     )
     parser.add_argument("--steps", type=int, default=3, metavar="N", help="profiled steps (default 3)")
-    parser.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a suite or scenario key, value in YAML (as for bench run); repeatable",
-    )
+    common_args.add_sets(parser)
     common_args.add_device(parser)
     parser.add_argument(
         "--output", metavar="DIR", help="folder of the traces (default: results/profiles/<date>-...-<case>/)"
@@ -218,9 +212,7 @@ def run(
     console = console or default_console
     if steps < 1:
         raise UserError(f"--steps {steps}: give a positive number of steps, e.g. --steps 3")
-    overrides = parse_overrides(sets)
-    if device is not None:
-        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     (sel,) = select(suite, [scenario], overrides, parse_filters([case]))
     the_case = _one_case(sel.cases, sel.total, case, sel.scenario.name)
@@ -228,11 +220,8 @@ def run(
     job = torchrun_env()
     run_dir = _run_dir(output, suite.results_dir, platform, the_case, job)
     rank_fn = functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
-    launcher = prepare_launch(
-        platform, job, suite, [dataclasses.replace(sel, cases=[the_case])], overrides, rank_fn
-    )
-    if not leads(job):
-        console = Console(quiet=True)
+    launcher = prepare_launch(platform, job, suite, [dataclasses.replace(sel, cases=[the_case])], rank_fn)
+    console = console_for(job, console)
     console.print(f"profiling {escape(the_case.key())} on {the_case.cp} ranks ({platform.device_type})")
     with launcher.group():
         outcome = launcher.run(the_case)

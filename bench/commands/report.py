@@ -1,6 +1,6 @@
 """`bench report RESULT ... --format markdown|html [--out FILE]`: a publishable report of result files.
 
-Sections (bench.report): overview, the seed-shaped tables, the summary-checkpoint ablation with deltas,
+Sections (bench.render.report): overview, the reference tables, the summary-checkpoint ablation with deltas,
 scaling efficiency, the charts, cases not measured, the environment. Markdown links its charts as PNG files
 (written by this command into --charts); HTML is one self-contained file with the charts embedded.
 """
@@ -19,12 +19,12 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.console import err_console
 from bench.errors import UserError
-from bench.loader import display, load_suite
-from bench.store import load_result
+from bench.results.store import load_result
+from bench.suite.loader import display, load_suite
 
 NAME = "report"
 HELP = (
-    "Write a report of result files: seed-shaped tables, checkpoint ablation, scaling efficiency, "
+    "Write a report of result files: reference-shaped tables, checkpoint ablation, scaling efficiency, "
     "environment and charts, as markdown or one self-contained HTML file."
 )
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
@@ -76,8 +76,8 @@ def run(
 ) -> int:
     """Build the report of `results` and write it to `out` (or `stdout`); returns 0."""
     # Imported here: the report draws charts, and matplotlib takes a while to load.
-    from bench.document import MarkdownCharts, render_html, render_markdown
-    from bench.report import build_report, report_runs
+    from bench.render.document import MarkdownCharts, render_html, render_markdown
+    from bench.render.report import build_report, report_runs
 
     console = console or err_console
     fmt = _format(fmt, out)

@@ -1,45 +1,42 @@
 """`bench run [SCENARIO ...]`: time every case of the scenarios on its ranks and write one result file.
 
-Each case is one launch of `cp` local ranks (bench.launcher); under torchrun, the job's ranks run the cases
-whose cp is the job's world size. Results are written after every case (bench.store), so an interrupted run
-keeps what finished and `--resume FILE` continues it. Exit code: 0 when every case ran, 2 when some failed,
-1 for a user error (bad scenario, flag or file), 130 when interrupted.
+Each case is one launch of `cp` local ranks (bench.launch.launcher); under torchrun, the job's ranks run the
+cases whose cp is the job's world size. Results are written after every case (bench.results.store), so an
+interrupted run keeps what finished and `--resume FILE` continues it. Exit code: 0 when every case ran, 2
+when some failed, 1 for a user error (bad scenario, flag or file), 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from bench import worker
 from bench.commands import common_args, show
-from bench.config import Case
+from bench.commands.session import console_for, new_result_writer
 from bench.console import case_progress
 from bench.console import console as default_console
-from bench.env import collect_environment
 from bench.errors import UserError
-from bench.filters import parse_filters
-from bench.launcher import (
+from bench.launch.launcher import (
     LocalLauncher,
     RankFn,
-    TorchrunEnv,
     TorchrunLauncher,
     leads,
     prepare_launch,
     torchrun_env,
     warn_oversubscription,
 )
-from bench.loader import Override, Suite, display, load_suite, parse_overrides
-from bench.selection import Selection, require_cases, run_device, select
-from bench.store import CaseResult, ResultWriter, RunResult, result_filename
-from bench.sweep import run_cases
-from bench.tables import case_line
-from gdn_cp.distributed import Platform, resolve_platform
+from bench.launch.sweep import run_cases
+from bench.measure.rank import measure_on_rank
+from bench.results.store import CaseResult, ResultWriter
+from bench.results.tables import case_line
+from bench.suite.config import Case
+from bench.suite.filters import parse_filters
+from bench.suite.loader import display, load_suite, parse_overrides
+from bench.suite.selection import Selection, require_cases, run_device, select
+from gdn_cp.distributed import resolve_platform
 
 NAME = "run"
 HELP = "Run scenarios: time each case on its ranks (rank-max), measure peak memory, write a result file."
@@ -104,7 +101,7 @@ def run(
     output: str | None = None,
     resume: str | None = None,
     config: str | None = None,
-    rank_fn: RankFn = worker.run_case,
+    rank_fn: RankFn = measure_on_rank,
     console: Console | None = None,
 ) -> int:
     """Run the scenarios' cases and write their results; returns the exit code (see the module docstring).
@@ -112,21 +109,19 @@ def run(
     Args:
         scenarios: names in the suite's scenarios folder or .yaml paths; none: the suite's default_scenario
         sets: `key=value` overrides (values as YAML) of suite or scenario keys
-        filters: --filter expressions (bench.filters)
+        filters: --filter expressions (bench.suite.filters)
         device: auto, cpu, cuda or npu; overrides the suite and the scenarios
         output: result file; default results/<date>-<branch>-<commit>-<scenarios>.json
         resume: an earlier result file: its ok cases are skipped, the others run and are written to it
         config: bench.yaml path; default ./bench.yaml
-        rank_fn: what each rank runs (bench.worker.run_case); a test hook to inject failures
+        rank_fn: what each rank runs (bench.measure.rank.measure_on_rank); a test hook to inject failures
     """
     console = console or default_console
     if output and resume:
         raise UserError(
             "--output and --resume given together; --resume FILE writes to FILE, so drop --output"
         )
-    overrides = parse_overrides(sets)
-    if device is not None:
-        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     selections = select(suite, scenarios, overrides, parse_filters(filters))
     require_cases(selections, filters)
@@ -134,11 +129,10 @@ def run(
     names = [s.scenario.name for s in selections]
     platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
-    launcher = prepare_launch(platform, job, suite, selections, overrides, rank_fn)
+    launcher = prepare_launch(platform, job, suite, selections, rank_fn)
 
     leader = leads(job)
-    if not leader:
-        console = Console(quiet=True)
+    console = console_for(job, console)
     if resume:
         opened = _open_resumed(resume, selections, platform.device_type)  # every rank reads it: same skips
         done = opened.run.ok_keys()
@@ -146,7 +140,9 @@ def run(
         console.print(f"resuming {escape(resume)}: {len(done)} cases done")
     else:
         done = set()
-        writer = _new_writer(output, suite, selections, platform, job) if leader else None
+        writer = (
+            new_result_writer(output, "+".join(names), suite, selections, platform, job) if leader else None
+        )
     todo = [c for c in cases if c.key() not in done]
     if leader:
         warn_oversubscription(todo, launcher)
@@ -164,34 +160,6 @@ def run(
         show.render(writer.run, console)
         console.print(f"results: {escape(display(writer.path))}")
     return 2 if any(r.status == "failed" for r in results) else 0
-
-
-def _new_writer(
-    output: str | None,
-    suite: Suite,
-    selections: Sequence[Selection],
-    platform: Platform,
-    job: TorchrunEnv | None,
-) -> ResultWriter:
-    env = collect_environment(
-        platform,
-        threads_per_rank=suite.config.threads_per_rank,
-        world_sizes=[c.cp for s in selections for c in s.cases],
-        launcher="local" if job is None else "torchrun",
-    )
-    name = "+".join(s.scenario.name for s in selections)
-    if output:
-        path = Path(output)
-    else:
-        now = datetime.datetime.now()
-        path = suite.results_dir / result_filename(now, env.git_branch, env.git_commit, name)
-    run = RunResult(
-        name=name,
-        environment=env,
-        suite=suite.config.to_dict(),
-        scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
-    )
-    return ResultWriter(path, run)
 
 
 def _run_with_progress(

@@ -1,4 +1,4 @@
-"""`bench show RESULT`: a result file as the seed's tables (mode | forward median | forward+backward median |
+"""`bench show RESULT`: a result file as the PR's tables (mode | forward median | forward+backward median |
 peak allocated, per CP degree and sequence length), then the cases that failed or were skipped, with why,
 then the accuracy checks of `bench verify`, if the file holds any."""
 
@@ -10,21 +10,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bench.analysis import describe_layer
 from bench.console import console as default_console
-from bench.store import RunResult, load_result
-from bench.tables import (
-    format_checkpoint,
-    format_mib,
-    format_ms,
-    format_tokens,
-    not_measured,
-    seed_tables,
-)
-from bench.verification import print_tables, verification_tables
+from bench.results.store import RunResult, load_result
+from bench.results.tables import not_measured, print_tables, reference_table_data, reference_tables
+from bench.verification.tables import verification_tables
 
 NAME = "show"
-HELP = "Show a result file as tables shaped like the seed's (per CP degree and sequence length)."
+HELP = "Show a result file as tables shaped like the reference PR's (per CP degree and sequence length)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,29 +43,11 @@ def _header(run: RunResult) -> str:
 
 
 def render(run: RunResult, console: Console) -> None:
-    """Print the header, the seed-shaped tables and the not-measured cases."""
+    """Print the header, the reference-shaped tables and the not-measured cases."""
     console.print(_header(run))
     meters = sorted({c.memory.meter for c in run.cases if c.memory is not None})
     noisy = any(c.timing is not None and c.timing.noisy for c in run.cases)
-    for table in seed_tables(run):
-        scenario = run.scenarios.get(table.scenario, {})
-        dims = describe_layer(scenario) if scenario else ""
-        t = Table(title=f"{escape(table.scenario)}: CP{table.cp}  ({escape(dims)})", title_justify="left")
-        t.add_column("global seq", justify="right")
-        t.add_column("mode")
-        if table.shows_checkpoint:
-            t.add_column("summary ckpt")
-        t.add_column("forward median", justify="right")
-        t.add_column("forward+backward median", justify="right")
-        t.add_column("peak allocated", justify="right")
-        for row in table.rows:
-            cells = [format_tokens(row.seq_len), row.mode]
-            if table.shows_checkpoint:
-                cells.append(format_checkpoint(row.checkpoint))
-            peak = format_mib(row.memory) + (" (fwd)" if row.memory_pass == "forward" else "")
-            cells += [format_ms(row.forward), format_ms(row.forward_backward), peak]
-            t.add_row(*cells)
-        console.print(t)
+    print_tables([reference_table_data(t, run) for t in reference_tables(run)], console)
     notes = ["medians over repeats of the rank-max elapsed time"]
     if noisy:
         notes.append("* noisy: IQR/median > 10%")

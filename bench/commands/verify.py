@@ -1,10 +1,10 @@
-"""`bench verify SCENARIO ...`: the seed's accuracy study (reference PR, sections 1 and 2) as a command.
+"""`bench verify SCENARIO ...`: the reference PR's accuracy study (sections 1 and 2) as a command.
 
 Layer (default): for every mode x CP degree x dtype x summary checkpoint x sequence length of the scenarios,
 one launch of `cp` ranks runs gdn_cp.accuracy.compare_layer_under_cp for each seed (`--seeds N`: seeds
 seed .. seed + N - 1): output and input gradient (max-abs, max relative to the reference's scale, rel-L2),
 every parameter gradient (the same, present and finite) and the global gradient norm, against the bars of
-the scenario's `thresholds` (bench/thresholds.py; unset bars are the seed's).
+the scenario's `thresholds` (bench/thresholds.py; unset bars are the reference PR's).
 
 Trajectory (`--train [STEPS]`): per case, the hybrid model of the scenario's `train:` section trained with
 AdamW on new random batches every step, the single-rank reference (rank 0, full sequence) against the CP
@@ -22,34 +22,31 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
-from bench.config import Case, Scenario, TrainSettings
+from bench.commands.session import console_for, new_result_writer
 from bench.console import case_progress
 from bench.console import console as default_console
-from bench.env import collect_environment
-from bench.errors import UserError
-from bench.filters import parse_filters
-from bench.launcher import (
+from bench.errors import UserError, first_line
+from bench.launch.launcher import (
     LocalLauncher,
     Outcome,
-    TorchrunEnv,
     TorchrunLauncher,
     leads,
     prepare_launch,
     torchrun_env,
     warn_oversubscription,
 )
-from bench.loader import ConfigError, Override, Suite, display, load_suite, parse_overrides
-from bench.selection import Selection, require_cases, run_device, select
-from bench.store import ResultWriter, RunResult, result_filename
+from bench.results.store import ResultWriter
+from bench.suite.config import Case, Scenario, TrainSettings
+from bench.suite.filters import parse_filters
+from bench.suite.loader import ConfigError, display, load_suite, parse_overrides
+from bench.suite.selection import Selection, require_cases, run_device, select
 from bench.verification import (
     LayerHook,
     LayerVerification,
@@ -60,7 +57,7 @@ from bench.verification import (
     train_on_rank,
     verification_tables,
 )
-from gdn_cp.distributed import Platform, resolve_platform
+from gdn_cp.distributed import resolve_platform
 
 NAME = "verify"
 HELP = (
@@ -84,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="seeds per case (the scenario's seed and the next N-1); N > 1 adds the seed's sweep table",
+        help="seeds per case (the scenario's seed and the next N-1); N > 1 adds the PR's sweep table",
     )
     parser.add_argument(
         "--train",
@@ -146,7 +143,8 @@ def _check_train(sel: Selection, train: int | str) -> tuple[TrainSettings, int]:
     if settings is None:
         raise ConfigError(
             f"{display(sel.path)}: train: the scenario has no train: section for --train; add one (its keys "
-            "are bench.config.TrainSettings, e.g. train: {intermediate_size: 256, num_attention_heads: 4})"
+            "are bench.suite.config.TrainSettings, e.g. train: {intermediate_size: 256, "
+            "num_attention_heads: 4})"
         )
     heads = settings.num_attention_heads
     for case in sel.cases:
@@ -160,35 +158,6 @@ def _check_train(sel: Selection, train: int | str) -> tuple[TrainSettings, int]:
     if steps < 1:
         raise UserError(f"--train {train}: give a positive number of steps, e.g. --train 100")
     return settings, steps
-
-
-def _new_writer(
-    output: str | None,
-    name: str,
-    suite: Suite,
-    selections: Sequence[Selection],
-    platform: Platform,
-    job: TorchrunEnv | None,
-) -> ResultWriter:
-    env = collect_environment(
-        platform,
-        threads_per_rank=suite.config.threads_per_rank,
-        world_sizes=[c.cp for s in selections for c in s.cases],
-        launcher="local" if job is None else "torchrun",
-    )
-    path = (
-        Path(output)
-        if output
-        else suite.results_dir
-        / result_filename(datetime.datetime.now(), env.git_branch, env.git_commit, name)
-    )
-    run = RunResult(
-        name=name,
-        environment=env,
-        suite=suite.config.to_dict(),
-        scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
-    )
-    return ResultWriter(path, run)
 
 
 def _record(
@@ -226,7 +195,7 @@ def _line(record: Verification) -> str:
     case_id = escape(record.case.case_id)
     wall = f"[dim]{record.wall_s:.1f} s[/]"
     if record.status != "ok":
-        first = (record.error or "").strip().splitlines()[0] if record.error else ""
+        first = first_line(record.error)
         style = "red" if record.status == "failed" else "yellow"
         return f"[{style}]{record.status:<7}[/] {case_id:<40} {escape(first)}"
     if isinstance(record, LayerVerification):
@@ -272,7 +241,7 @@ def run(
     Args:
         scenarios: names in the suite's scenarios folder or .yaml paths (at least one)
         sets: `key=value` overrides of suite or scenario keys (e.g. `thresholds={rel_l2: 0.01}`)
-        filters: --filter expressions (bench.filters)
+        filters: --filter expressions (bench.suite.filters)
         seeds: seeds per case of the layer comparison: the scenario's seed and the next seeds - 1
         train: None: the layer comparison; else a trajectory of that many steps (TRAIN_FROM_SCENARIO: the
             scenario's train.steps)
@@ -292,9 +261,7 @@ def run(
             "--seeds applies to the layer comparison; --train runs one trajectory per case from the "
             "scenario's seed (change it with --set seed=N)"
         )
-    overrides = parse_overrides(sets)
-    if device is not None:
-        overrides.append(Override(key="device", value=device, text=f"--device {device}"))
+    overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     selections = [
         dataclasses.replace(s, cases=verification_cases(s.cases))
@@ -314,12 +281,11 @@ def run(
 
     platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
-    launcher = prepare_launch(platform, job, suite, selections, overrides, rank_fn)
+    launcher = prepare_launch(platform, job, suite, selections, rank_fn)
     leader = leads(job)
-    if not leader:
-        console = Console(quiet=True)
+    console = console_for(job, console)
     name = ("verify-train-" if train is not None else "verify-") + "+".join(names)
-    writer = _new_writer(output, name, suite, selections, platform, job) if leader else None
+    writer = new_result_writer(output, name, suite, selections, platform, job) if leader else None
     todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
     if leader:
         warn_oversubscription([c for _, c in todo], launcher)

@@ -1,4 +1,5 @@
-"""What every rank of `bench profile` runs: one case's pass (bench.worker.build_pass), measured three ways.
+"""What every rank of `bench profile` runs: one case's pass (bench.measure.rank.build_pass), measured three
+ways.
 
 In order, after one warmup pass (every pass starts after a barrier; gradients are cleared between passes):
 1. communication: `count_communication()` around one pass, beside the analytic model
@@ -25,9 +26,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from bench.config import Case
+from bench.measure.rank import build_pass
 from bench.profiling.traces import STEP_LABEL, RankTimeline, read_timeline
-from bench.worker import build_pass
+from bench.suite.config import Case
 from gdn_cp.distributed import Platform, count_communication, resolve_platform
 from gdn_cp.distributed.comm_model import layer_communication
 
@@ -125,6 +126,7 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
         seq_len=case.seq_len,
         batch=case.batch,
         backward=case.pass_ == "forward_backward",
+        first_call=False,  # counted after the warmup pass
     )
     dist.barrier()
     memory, memory_error = _memory_breakdown(step, live)

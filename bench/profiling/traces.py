@@ -31,25 +31,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gdn_cp.distributed.comm_stats import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P
+
 STEP_LABEL = "bench.step"
 """The record_function name of one profiled step."""
 
 COLLECTIVE_OPS: dict[str, str] = {
-    "c10d::alltoall_base_": "all_to_all",
-    "c10d::alltoall_": "all_to_all",
-    "c10d::_allgather_base_": "all_gather",
-    "c10d::allgather_": "all_gather",
-    "c10d::allgather_into_tensor_coalesced_": "all_gather",
-    "c10d::allreduce_": "all_reduce",
-    "c10d::allreduce_coalesced_": "all_reduce",
+    "c10d::alltoall_base_": ALL_TO_ALL,
+    "c10d::alltoall_": ALL_TO_ALL,
+    "c10d::_allgather_base_": ALL_GATHER,
+    "c10d::allgather_": ALL_GATHER,
+    "c10d::allgather_into_tensor_coalesced_": ALL_GATHER,
+    "c10d::allreduce_": ALL_REDUCE,
+    "c10d::allreduce_coalesced_": ALL_REDUCE,
     "c10d::_reduce_scatter_base_": "reduce_scatter",
     "c10d::reduce_scatter_": "reduce_scatter",
     "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter",
     "c10d::broadcast_": "broadcast",
     "c10d::barrier": "barrier",
-    "c10d::send": "p2p",
-    "c10d::recv_": "p2p",
-    "c10d::recv_any_source_": "p2p",
+    "c10d::send": P2P,
+    "c10d::recv_": P2P,
+    "c10d::recv_any_source_": P2P,
 }
 """c10d op -> collective kind, as the backend knows it. Inside a gdn_cp collective the op is reported
 under that collective's own kind instead (LABEL_PREFIX): the Conv1D halo exchange is an all-to-all-v that
@@ -60,10 +62,10 @@ LABEL_PREFIX = "gdn_cp."
 (the kinds of gdn_cp.distributed.comm_stats: all_to_all, halo, all_gather, p2p, all_reduce)."""
 
 BACKEND_EVENTS: dict[str, str] = {
-    "gloo:all_to_all": "all_to_all",
-    "gloo:all_gather": "all_gather",
-    "gloo:all_reduce": "all_reduce",
-    "gloo:allreduce": "all_reduce",
+    "gloo:all_to_all": ALL_TO_ALL,
+    "gloo:all_gather": ALL_GATHER,
+    "gloo:all_reduce": ALL_REDUCE,
+    "gloo:allreduce": ALL_REDUCE,
     "gloo:reduce_scatter": "reduce_scatter",
     "gloo:broadcast": "broadcast",
     "gloo:barrier": "barrier",
@@ -161,7 +163,7 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
     for i, op in enumerate(ops):
         kind = COLLECTIVE_OPS[op["name"]]
         end = float(op["ts"]) + float(op["dur"])
-        if kind != "p2p":
+        if kind != P2P:
             if taken[kind] < len(backend[kind]):
                 event = backend[kind][taken[kind]]
                 taken[kind] += 1
@@ -183,7 +185,7 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
                         op=op["name"],
                         start_us=t - start,
                         end_us=min(ends[i], stop) - start,
-                        peer=_peer(op) if kind == "p2p" else None,
+                        peer=_peer(op) if kind == P2P else None,
                     )
                 )
         timeline.steps.append(st)
@@ -211,7 +213,7 @@ def _waits(timelines: Sequence[RankTimeline], s: int) -> dict[tuple[int, int], f
     waits: dict[tuple[int, int], float] = {}
     per_rank = [list(enumerate(t.steps[s].collectives)) for t in timelines]
     # group collectives: the i-th call of a kind is the same collective on every rank
-    kinds = {c.kind for calls in per_rank for _, c in calls if c.kind != "p2p"}
+    kinds = {c.kind for calls in per_rank for _, c in calls if c.kind != P2P}
     for kind in kinds:
         lists = [[(i, c) for i, c in calls if c.kind == kind] for calls in per_rank]
         if len({len(x) for x in lists}) != 1:
@@ -225,7 +227,7 @@ def _waits(timelines: Sequence[RankTimeline], s: int) -> dict[tuple[int, int], f
     recvs: dict[tuple[int, int], list[tuple[int, Collective]]] = defaultdict(list)
     for rank, calls in enumerate(per_rank):
         for i, c in calls:
-            if c.kind == "p2p" and c.peer is not None:
+            if c.kind == P2P and c.peer is not None:
                 (sends[(rank, c.peer)] if c.is_send else recvs[(c.peer, rank)]).append((i, c))
     for (src, dst), sent in sends.items():
         for (i, send), (j, recv) in zip(sent, recvs.get((src, dst), []), strict=False):

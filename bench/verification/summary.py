@@ -1,9 +1,9 @@
-"""Verification records arranged like the seed's accuracy tables (reference PR, sections 1 and 2), as numbers.
+"""Verification records arranged like the reference PR's accuracy tables (sections 1 and 2), as numbers.
 
 - `layer_groups`: one group per scenario, CP degree, dtype, sequence length and batch; one `LayerRow` per case
-  with each metric's maximum over the case's seeds (the seed's per-mode table).
+  with each metric's maximum over the case's seeds (the reference PR's per-mode table).
 - `sweep_rows`: over every case and seed of a group, each metric's maximum against its bar, with the margin
-  bar / maximum (the seed's 100-seed table), and `smallest_reference_gradient`: which parameter had the
+  bar / maximum (the PR's 100-seed table), and `smallest_reference_gradient`: which parameter had the
   smallest reference gradient (max-abs and L2 norm), the denominators of the relative errors.
 - `train_groups`: the trajectory records by scenario, CP degree, dtype, sequence length and steps.
 """
@@ -12,18 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import get_args
 
-from bench.config import Mode
-from bench.verification.records import LayerVerification, TrainVerification, Verification
+from bench.results.tables import mixes_checkpoint
+from bench.results.verifications import LayerVerification, TrainVerification, Verification
 from gdn_cp.accuracy import LayerComparison, Thresholds
-
-MODE_ORDER = {m: i for i, m in enumerate(get_args(Mode))}
+from gdn_cp.distributed import mode_order
 
 
 def _case_order(record: Verification) -> tuple:
     c = record.case
-    return (MODE_ORDER.get(c.mode, 99), c.checkpoint is False)
+    return (mode_order(c.mode), c.checkpoint is False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +88,7 @@ class LayerGroup:
 
     @property
     def shows_checkpoint(self) -> bool:
-        return len({r.record.case.checkpoint for r in self.rows if r.record.case.checkpoint is not None}) > 1
+        return mixes_checkpoint(r.record.case.checkpoint for r in self.rows)
 
 
 def layer_groups(records: Iterable[Verification]) -> list[LayerGroup]:
@@ -119,7 +117,7 @@ class SweepRow:
 
 
 def sweep_rows(comparisons: Sequence[LayerComparison], bars: Thresholds) -> list[SweepRow]:
-    """The seed's sweep table: each metric's maximum over `comparisons`, its bar, the margin."""
+    """The reference PR's sweep table: each metric's maximum over `comparisons`, its bar, the margin."""
 
     def most(values: Iterable[float]) -> float:
         return max(values, default=0.0)
@@ -155,7 +153,7 @@ class SmallestGradient:
     """Smallest reference L2 norm of any parameter gradient."""
     min_l2_param: str
     max_param_abs_error: float
-    """Largest raw parameter-gradient max-abs error: printed for diagnosis, not a bar (as in the seed)."""
+    """Largest raw parameter-gradient max-abs error: printed for diagnosis, not a bar (as in the PR)."""
     max_param_abs_error_param: str
 
 
@@ -184,7 +182,7 @@ class TrainGroup:
 
     @property
     def shows_checkpoint(self) -> bool:
-        return len({r.case.checkpoint for r in self.records if r.case.checkpoint is not None}) > 1
+        return mixes_checkpoint(r.case.checkpoint for r in self.records)
 
 
 def train_groups(records: Iterable[Verification]) -> list[TrainGroup]:

@@ -1,9 +1,9 @@
-"""Verification tables, built once as plain cells and rendered twice: rich (the terminal: `print_tables`)
-and report blocks (`document_blocks`, which `bench report` renders to markdown or HTML).
+"""Verification tables, built once as plain cells (bench.results.tables.TableData) and rendered twice: rich
+(the terminal: `print_tables`) and report blocks (bench.render.document.document_blocks).
 
-Per layer group (scenario, CP degree, dtype, sequence length): the seed's table, mode | output max abs |
+Per layer group (scenario, CP degree, dtype, sequence length): the PR's table, mode | output max abs |
 input-grad max abs | input-grad rel-L2 | worst param (name) rel-L2 | grad-norm rel diff | pass, each cell the
-maximum over the case's seeds, and the failing metrics by name. With several seeds also the seed's sweep
+maximum over the case's seeds, and the failing metrics by name. With several seeds also the PR's sweep
 table, metric | N-seed maximum | threshold | margin, and which parameter had the smallest reference gradient.
 Per trajectory group: mode | max loss abs | max loss rel | max grad-norm abs | max grad-norm rel | error
 growth | pass, whether the initial weights were identical, and per step (short runs) both models' numbers.
@@ -12,18 +12,11 @@ growth | pass, whether the initial weights were identical, and per step (short r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-from bench.document import Align, Block, Paragraph
-from bench.document import Table as DocTable
-from bench.tables import format_checkpoint, format_tokens
-from bench.thresholds import TrainThresholds
-from bench.verification.records import GROWTH_FACTOR, LayerVerification, TrainVerification, Verification
+from bench.errors import first_line
+from bench.results.tables import TableData, format_checkpoint, format_tokens
+from bench.results.verifications import GROWTH_FACTOR, LayerVerification, TrainVerification, Verification
+from bench.suite.thresholds import TrainThresholds
 from bench.verification.summary import (
     GroupKey,
     LayerGroup,
@@ -35,9 +28,6 @@ from bench.verification.summary import (
     train_groups,
 )
 
-if TYPE_CHECKING:
-    pass
-
 MAX_LISTED_FAILURES = 6
 """Failing metrics listed per case and seed; the rest are counted."""
 PER_STEP_TABLE_STEPS = 10
@@ -45,27 +35,12 @@ PER_STEP_TABLE_STEPS = 10
 
 
 def sci(x: float) -> str:
-    """The seed's number format: 4.0091e-03."""
+    """The reference PR's number format: 4.0091e-03."""
     return f"{x:.4e}"
 
 
 def margin(x: float) -> str:
     return "inf" if x == float("inf") else f"{x:.1f}x"
-
-
-@dataclass(kw_only=True, slots=True)
-class TableData:
-    """A table as text cells, independent of how it is printed."""
-
-    title: str
-    headers: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    numeric: set[int] = field(default_factory=set)
-    """Columns justified right."""
-    notes: list[str] = field(default_factory=list)
-    """Lines printed under the table."""
-    verdict_column: int | None = None
-    """A column of pass/FAIL cells, coloured in the terminal."""
 
 
 def _dims(key: GroupKey, record: Verification) -> str:
@@ -278,7 +253,7 @@ def not_verified_table(records: Sequence[Verification]) -> TableData | None:
         title="not verified (the case did not run)", headers=["check", "case", "status", "reason"]
     )
     for r in failed:
-        reason = (r.error or "").strip().splitlines()[0] if r.error else ""
+        reason = first_line(r.error)
         table.rows.append([r.kind, r.case.key(), r.status, reason])
     return table
 
@@ -298,34 +273,3 @@ def verification_tables(records: Sequence[Verification]) -> list[TableData]:
     if missing is not None:
         out.append(missing)
     return out
-
-
-def to_rich(table: TableData) -> Table:
-    t = Table(title=escape(table.title), title_justify="left")
-    for i, header in enumerate(table.headers):
-        t.add_column(escape(header), justify="right" if i in table.numeric else "left")
-    for row in table.rows:
-        cells = [escape(c) for c in row]
-        if table.verdict_column is not None:
-            v = row[table.verdict_column]
-            cells[table.verdict_column] = f"[green]{v}[/]" if v == "pass" else f"[bold red]{v}[/]"
-        t.add_row(*cells)
-    return t
-
-
-def print_tables(tables: Sequence[TableData], console: Console) -> None:
-    for table in tables:
-        console.print(to_rich(table))
-        for note in table.notes:
-            style = "red" if note.startswith(("FAIL", "initial weights DIFFER")) else "dim"
-            console.print(escape(note), style=style, soft_wrap=True)
-
-
-def document_blocks(tables: Sequence[TableData]) -> list[Block]:
-    """The tables as report blocks (bench.document renders them to markdown and HTML), notes under each."""
-    blocks: list[Block] = []
-    for t in tables:
-        align: list[Align] = ["right" if i in t.numeric else "left" for i in range(len(t.headers))]
-        blocks.append(DocTable(title=t.title, columns=t.headers, rows=t.rows, align=align))
-        blocks += [Paragraph(text=note, small=True) for note in t.notes]
-    return blocks

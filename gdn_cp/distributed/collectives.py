@@ -2,7 +2,8 @@
 
 - `all_to_all_single`: the primitive, along dim 0 with (uneven) split sizes; backward is the reverse exchange.
 - `all_to_all`: scatter one dim, gather another (Ulysses: Shard(sequence) <-> Shard(head)), uneven allowed.
-- `exchange_halo`: the tokens just before this rank's shard, from earlier ranks (all-to-all-v), for Conv1D.
+- `exchange_halo_with_lengths`: the tokens just before this rank's shard, from earlier ranks, for Conv1D, and
+  every rank's shard length, in one all-to-all whose message sizes do not depend on the lengths.
 - `all_gather_stack`: stack one tensor per rank; backward sums each rank's slot back to its owner.
 - `state_chain`: the rank-to-rank recurrent state hand-off H_out = M @ H_in + S (forward r-1 -> r -> r+1,
   backward r+1 -> r -> r-1).
@@ -84,7 +85,7 @@ def all_to_all_single(
     output_split_sizes: Sequence[int],
     input_split_sizes: Sequence[int],
     group: ProcessGroup | None = None,
-    kind: str = "all_to_all",
+    kind: comm_stats.CommKind = comm_stats.ALL_TO_ALL,
 ) -> torch.Tensor:
     """Differentiable all-to-all along dim 0: rows [sum(in[:j]), sum(in[:j+1])) go to rank j, and the rows
     received from rank j land at [sum(out[:j]), sum(out[:j+1])). Sizes may differ per peer, and be zero.
@@ -150,50 +151,76 @@ def all_to_all(
     return torch.cat(received, dim=gather_dim)
 
 
-def _halo_ranges(sizes: Sequence[int], width: int) -> list[tuple[int, int]]:
-    """Global token range [lo, hi) of the halo each rank needs: the `width` tokens before its shard."""
-    ranges, start = [], 0
-    for n in sizes:
-        ranges.append((max(0, start - width), start))
-        start += n
-    return ranges
+HEADER_DIGITS = 4
+"""Elements of the length header that rides in every halo message: base-256 digits, exact in every float
+dtype down to bf16 (8 significant bits), so shard lengths below 2**32 cross in the tensor's own dtype."""
 
 
-def exchange_halo(
-    x: torch.Tensor, width: int, group: ProcessGroup | None = None, shard_sizes: Sequence[int] | None = None
-) -> torch.Tensor:
-    """The last `width` tokens before this rank's shard, gathered from earlier ranks (oldest first).
+def _encode_length(n: int, like: torch.Tensor) -> torch.Tensor:
+    if not 0 <= n < 256**HEADER_DIGITS:
+        raise ValueError(f"exchange_halo: a shard of {n} tokens does not fit the length header")
+    digits = [(n >> (8 * i)) & 255 for i in range(HEADER_DIGITS)]
+    return torch.tensor(digits, dtype=like.dtype, device=like.device)
 
-    With tiny shards the halo spans several earlier ranks; at the sequence start it is shorter (rank 0 gets
-    none), and causal_conv1d zero-fills what is missing. One all-to-all-v; differentiable (a token sent to
-    several ranks gets the sum of their gradients).
+
+def _decode_length(header: torch.Tensor) -> int:
+    return sum(int(d) << (8 * i) for i, d in enumerate(header.detach().round().long().tolist()))
+
+
+def exchange_halo_with_lengths(
+    x: torch.Tensor, width: int, group: ProcessGroup | None = None
+) -> tuple[torch.Tensor, list[int]]:
+    """The last `width` tokens before this rank's shard, and every rank's shard length, in one exchange.
+
+    Message sizes never depend on the shard lengths, so ranks that disagree about them cannot mismatch the
+    exchange: every rank sends every peer a length header (HEADER_DIGITS elements), and each of the next
+    `width` ranks also its last `width` tokens (zero-padded on the left when the shard is shorter). A rank
+    then assembles its halo from the tails of the ranks before it, using their lengths, so a halo may span
+    several earlier ranks (tiny shards) and shards may differ in length. At the sequence start the halo is
+    shorter (rank 0 gets none) and causal_conv1d zero-fills what is missing. Differentiable: a token sent
+    to several ranks gets the sum of their gradients.
 
     Args:
         x: [B, L, D] this rank's shard, before the convolution
         width: tokens of left context wanted (kernel size - 1)
-        shard_sizes: every rank's shard length (default: all equal to L)
     Returns:
-        [B, min(width, tokens before this shard), D]
+        halo [B, min(width, tokens before this shard), D], and the shard length of every rank (one list,
+        the same on every rank).
     """
     rank, size = group_rank_size(group)
-    sizes = list(shard_sizes) if shard_sizes is not None else [x.shape[1]] * size
-    if size == 1 or width == 0:
-        return x[:, :0]
-    starts = [sum(sizes[:r]) for r in range(size)]
-    my_lo, my_hi = starts[rank], starts[rank] + sizes[rank]
-    send_index: list[int] = []
-    send_counts, recv_counts = [], []
-    needed = _halo_ranges(sizes, width)
-    for peer in range(size):
-        lo, hi = needed[peer]  # what `peer` needs ...
-        take = range(max(lo, my_lo), min(hi, my_hi))  # ... of my tokens
-        send_index.extend(t - my_lo for t in take)
-        send_counts.append(len(take))
-        lo, hi = needed[rank]  # what I need of `peer`'s tokens
-        recv_counts.append(max(0, min(hi, starts[peer] + sizes[peer]) - max(lo, starts[peer])))
-    index = torch.tensor(send_index, dtype=torch.long, device=x.device)
-    send = x.index_select(1, index).transpose(0, 1)  # tokens first, for the dim-0 exchange
-    return all_to_all_single(send, recv_counts, send_counts, group, kind="halo").transpose(0, 1)
+    B, L, D = x.shape
+    if size == 1:
+        return x[:, :0], [L]
+    tail = x[:, max(0, L - width) :]
+    tail = torch.cat([tail.new_zeros(B, width - tail.shape[1], D), tail], dim=1)  # [B, width, D]
+    header = _encode_length(L, x)
+    receives_tail = [0 < peer - rank <= width for peer in range(size)]
+    flat = tail.reshape(-1)
+    # Header-only messages still carry an empty slice of x: every rank's exchange then needs a backward
+    # when x does, so the ranks meet in it (a collective's backward is itself a collective).
+    parts = [torch.cat([header, flat if t else flat[:0]]) for t in receives_tail]
+    send_counts = [p.numel() for p in parts]
+    recv_counts = [HEADER_DIGITS + (B * width * D if 0 < rank - peer <= width else 0) for peer in range(size)]
+    received = all_to_all_single(torch.cat(parts), recv_counts, send_counts, group, kind=comm_stats.HALO)
+    messages = received.split(recv_counts)
+    lengths = [L if peer == rank else _decode_length(m[:HEADER_DIGITS]) for peer, m in enumerate(messages)]
+    pieces, needed = [], width
+    for peer in range(rank - 1, max(-1, rank - 1 - width), -1):  # newest first, then reversed
+        take = min(needed, lengths[peer])
+        if take:
+            peer_tail = messages[peer][HEADER_DIGITS:].view(B, width, D)
+            pieces.append(peer_tail[:, width - take :])
+        needed -= take
+        if not needed:
+            break
+    # Rank 0's empty halo is still a view of what arrived, so that its backward joins the exchange too.
+    halo = torch.cat(pieces[::-1], dim=1) if pieces else received[:0].view(B, 0, D)
+    return halo, lengths
+
+
+def exchange_halo(x: torch.Tensor, width: int, group: ProcessGroup | None = None) -> torch.Tensor:
+    """The halo of `exchange_halo_with_lengths` alone: [B, L, D] -> [B, min(width, tokens before), D]."""
+    return exchange_halo_with_lengths(x, width, group)[0]
 
 
 # torch 2.13 renamed all_gather_into_tensor to all_gather_single; older releases only have the former.
@@ -208,7 +235,7 @@ class _AllGather(torch.autograd.Function):
         flat = x.reshape(-1).contiguous()  # gloo wants the concatenated (not stacked) output form
         out = flat.new_empty(size * flat.numel())
         moved = _nbytes(flat.numel() * (size - 1), x)
-        with _on_wire("all_gather", moved, moved):
+        with _on_wire(comm_stats.ALL_GATHER, moved, moved):
             _all_gather_single(out, flat, group=group)
         return out.view(size, *x.shape)
 
@@ -216,7 +243,7 @@ class _AllGather(torch.autograd.Function):
     def backward(ctx, grad):
         # Slot j of every rank's output came from rank j: send each slot home and sum what arrives.
         _, size = group_rank_size(ctx.group)
-        return _exchange(grad, [1] * size, [1] * size, ctx.group, "all_gather").sum(0), None
+        return _exchange(grad, [1] * size, [1] * size, ctx.group, comm_stats.ALL_GATHER).sum(0), None
 
 
 def all_gather_stack(x: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
@@ -228,13 +255,13 @@ def all_gather_stack(x: torch.Tensor, group: ProcessGroup | None = None) -> torc
 
 
 def _send(t: torch.Tensor, peer: int, group: ProcessGroup | None) -> None:
-    with _on_wire("p2p", t.numel() * t.element_size(), 0):
+    with _on_wire(comm_stats.P2P, t.numel() * t.element_size(), 0):
         dist.send(t.contiguous(), group_dst=peer, group=group)
 
 
 def _recv(like: torch.Tensor, peer: int, group: ProcessGroup | None) -> torch.Tensor:
     buf = torch.empty_like(like, memory_format=torch.contiguous_format)
-    with _on_wire("p2p", 0, buf.numel() * buf.element_size()):
+    with _on_wire(comm_stats.P2P, 0, buf.numel() * buf.element_size()):
         dist.recv(buf, group_src=peer, group=group)
     return buf
 
@@ -293,7 +320,7 @@ def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: Proces
             by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
     for grads in by_dtype.values():
         flat = torch.cat([g.reshape(-1) for g in grads])
-        with _on_wire("all_reduce", _nbytes(flat.numel(), flat), _nbytes(flat.numel(), flat)):
+        with _on_wire(comm_stats.ALL_REDUCE, _nbytes(flat.numel(), flat), _nbytes(flat.numel(), flat)):
             dist.all_reduce(flat, group=group)
         offset = 0
         for g in grads:

@@ -16,18 +16,39 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
+
+CommKind = Literal["all_to_all", "halo", "all_gather", "p2p", "all_reduce"]
+"""What a transfer is counted under: all_to_all (Ulysses), halo (the Conv1D halo and the shard lengths it
+carries), all_gather (forward, and the exchange of its backward), p2p (send/recv), all_reduce. These name
+collectives, not CP modes, although two of them share a mode's name."""
+ALL_TO_ALL: CommKind = "all_to_all"
+HALO: CommKind = "halo"
+ALL_GATHER: CommKind = "all_gather"
+P2P: CommKind = "p2p"
+ALL_REDUCE: CommKind = "all_reduce"
+
+Volume = dict[str, dict[str, int]]
+"""kind -> {"sent": bytes, "received": bytes, "calls": n}, the layout of CommStats.as_dict()."""
+
+
+def add_volume(volume: Volume, kind: CommKind, sent: int, received: int, calls: int = 1) -> None:
+    """Add `calls` transfers of `kind` to a Volume (the communication model builds its volumes with it)."""
+    v = volume.setdefault(kind, {"sent": 0, "received": 0, "calls": 0})
+    v["sent"] += sent
+    v["received"] += received
+    v["calls"] += calls
 
 
 @dataclass(slots=True)
 class CommStats:
-    """Bytes and calls per collective kind: "all_to_all" (Ulysses), "halo" (the Conv1D halo all-to-all-v),
-    "all_gather" (forward, and the exchange of its backward), "p2p" (send/recv), "all_reduce"."""
+    """Bytes and calls per collective kind (CommKind)."""
 
     bytes_sent: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     bytes_received: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-    def as_dict(self) -> dict[str, dict[str, int]]:
+    def as_dict(self) -> Volume:
         kinds = sorted(set(self.bytes_sent) | set(self.bytes_received) | set(self.calls))
         return {
             k: {"sent": self.bytes_sent[k], "received": self.bytes_received[k], "calls": self.calls[k]}
@@ -38,7 +59,7 @@ class CommStats:
 _active: list[CommStats] = []
 
 
-def record(kind: str, sent: int, received: int) -> None:
+def record(kind: CommKind, sent: int, received: int) -> None:
     """Add one collective call of `kind` to every active counter."""
     for stats in _active:
         stats.bytes_sent[kind] += sent

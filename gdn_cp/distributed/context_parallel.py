@@ -19,14 +19,8 @@ from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
-from gdn_cp.distributed.all_gather import AllGatherMode
-from gdn_cp.distributed.mode import CPMode
-from gdn_cp.distributed.p2p import P2PMode
-from gdn_cp.distributed.sharding import check_cp_shapes, check_mode
-from gdn_cp.distributed.ulysses import UlyssesMode
+from gdn_cp.distributed.modes import DEFAULT_MODE, check_cp_shapes, check_mode, mode_class
 from gdn_cp.layers import GatedDeltaNet
-
-_MODE_CLASSES: dict[str, type[CPMode]] = {m.name: m for m in (UlyssesMode, P2PMode, AllGatherMode)}
 
 
 def as_process_group(cp_group: ProcessGroup | DeviceMesh | None) -> ProcessGroup:
@@ -67,12 +61,12 @@ def _check_not_tensor_parallel(module: nn.Module, group: ProcessGroup) -> None:
 class LinearAttentionContextParallel:
     """Context parallelism for a GatedDeltaNet layer (design.md section 3)."""
 
-    mode: str = "ulysses"
-    """"ulysses" (all-to-all to head shards; the default), "p2p" (conv halo + state passed rank to rank) or
-    "all_gather" (gathered state summaries)."""
+    mode: str = DEFAULT_MODE
+    """A name of gdn_cp.distributed.MODES: each mode's `description` says what crosses ranks; the first
+    (the default) is ulysses, all-to-all to head shards."""
     checkpoint_summary: bool = True
-    """p2p / all_gather: compute the (S, M) summary under non-reentrant activation checkpointing (less
-    peak memory, the summary recomputed in backward). No effect on ulysses, which has no summary."""
+    """Modes with a summary (SUMMARY_MODES): compute (S, M) under non-reentrant activation checkpointing
+    (less peak memory, the summary recomputed in backward). No effect on the others."""
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -101,7 +95,7 @@ class LinearAttentionContextParallel:
                 "linear attention TP+CP is not supported yet: apply CP without a tensor-parallel group"
             )
         _check_not_tensor_parallel(module, group)
-        executor = _MODE_CLASSES[self.mode](group, self.checkpoint_summary)
+        executor = mode_class(self.mode)(group, self.checkpoint_summary)
         check_cp_shapes(self.mode, module.config, executor.size)
         module.context_parallel = executor
         return module

@@ -31,6 +31,12 @@ class RankFailure(RuntimeError):
         self.message = message
 
 
+def local_rank() -> int:
+    """This process's rank on its host (LOCAL_RANK, set by run_on_ranks and torchrun; 0 when unset): the
+    index of the accelerator it uses."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def default_threads_per_rank(world_size: int) -> int:
     """Cores divided by ranks, at least one."""
     return max(1, (os.cpu_count() or 1) // world_size)
@@ -51,7 +57,7 @@ def _rank_main(
     os.environ.update(env)
     torch.set_num_threads(threads)
     platform = resolve_platform(device)
-    platform.set_device(int(os.environ["LOCAL_RANK"]))
+    platform.set_device(local_rank())
     dist.init_process_group(platform.backend, timeout=datetime.timedelta(seconds=timeout_s))
     try:
         result = fn(*args)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import importlib
 import platform as _host
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 DeviceKind = Literal["auto", "cpu", "cuda", "npu"]
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "npu")
+"""Where ranks run: auto picks npu, then cuda, then cpu."""
+DEVICES: tuple[str, ...] = get_args(DeviceKind)
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 
@@ -71,7 +72,9 @@ class Platform:
     def max_memory_allocated(self) -> int:
         """Peak bytes since the last `reset_peak_memory` (npu, cuda); PlatformError on cpu."""
         if not self.has_allocator_stats:
-            raise PlatformError("cpu has no allocator peak; measure with bench.memory's profiler meter")
+            raise PlatformError(
+                "cpu has no allocator peak; measure with bench.measure.memory's profiler meter"
+            )
         return self._module().max_memory_allocated()
 
     def device_count(self) -> int | None:

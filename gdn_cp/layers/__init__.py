@@ -4,7 +4,8 @@ from gdn_cp.layers.gated_deltanet import (
     GatedDeltaNet,
     GatedDeltaNetConfig,
     GDNProjections,
+    ShardForward,
     linear_attn_state_dict,
 )
 
-__all__ = ["GDNProjections", "GatedDeltaNet", "GatedDeltaNetConfig", "linear_attn_state_dict"]
+__all__ = ["GDNProjections", "GatedDeltaNet", "GatedDeltaNetConfig", "ShardForward", "linear_attn_state_dict"]

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import nn
 
 from gdn_cp.dtypes import to_dtype
 from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, gated_rms_norm, gdn_gates
-
-if TYPE_CHECKING:
-    from gdn_cp.distributed.mode import CPMode
 
 
 @dataclass(kw_only=True, slots=True)
@@ -112,6 +109,14 @@ class GDNProjections(NamedTuple):
     """[B, T, Hv] decay logits."""
 
 
+class ShardForward(Protocol):
+    """What runs a GatedDeltaNet's forward under context parallelism (a CP mode of gdn_cp.distributed):
+    this rank's shard in, this rank's output shard out. Owned here so that layers never import distributed.
+    """
+
+    def __call__(self, layer: GatedDeltaNet, hidden_states: torch.Tensor) -> torch.Tensor: ...
+
+
 class GatedRMSNorm(nn.Module):
     """Holds `norm.weight` [V]; the math is gdn_cp.ops.gated_rms_norm."""
 
@@ -153,7 +158,7 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(c.head_v_dim, c.rms_norm_eps, **kw)
         self.out_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **kw)
         # Set by LinearAttentionContextParallel.apply; a plain attribute, so state_dict is unchanged.
-        self.context_parallel: CPMode | None = None
+        self.context_parallel: ShardForward | None = None
 
     def project(self, hidden_states: torch.Tensor) -> GDNProjections:
         """Input projections of [B, T, hidden_size] tokens (any shard of the sequence)."""

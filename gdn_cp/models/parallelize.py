@@ -1,5 +1,5 @@
 """Context parallelism for the hybrid model: GDN layers through LinearAttentionContextParallel, full
-attention through Ulysses, as the seed did (torchtitan style: change the model in place and return it)."""
+attention through Ulysses, as the PR did (torchtitan style: change the model in place and return it)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel, as_process_group
+from gdn_cp.distributed.modes import DEFAULT_MODE
 from gdn_cp.models.qwen35_hybrid import Qwen35Hybrid
 
 
@@ -15,7 +16,7 @@ def apply_context_parallel(
     model: Qwen35Hybrid,
     cp_group: ProcessGroup | DeviceMesh | None = None,
     *,
-    linear_attention_mode: str = "ulysses",
+    linear_attention_mode: str = DEFAULT_MODE,
     checkpoint_summary: bool = True,
 ) -> Qwen35Hybrid:
     """Put every layer of `model` under CP over `cp_group`; afterwards the model takes sequence shards.

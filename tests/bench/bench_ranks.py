@@ -10,8 +10,8 @@ import time
 
 import torch.distributed as dist
 
-from bench.config import Case
-from bench.worker import RankResults, run_case
+from bench.measure.rank import RankResults, measure_on_rank
+from bench.suite.config import Case
 
 
 def failing_rank_fn(case: Case, device: str) -> RankResults:
@@ -26,12 +26,12 @@ def failing_rank_fn(case: Case, device: str) -> RankResults:
         if rank == 1:
             time.sleep(600)  # killed by the launcher once rank 0 fails
         dist.barrier()
-    return run_case(case, device)
+    return measure_on_rank(case, device)
 
 
 def built_tensors(case: Case, device: str) -> dict:
-    """What bench.worker.build_pass gives this rank: its parameters, input shard and output gradient shard."""
-    from bench.worker import build_pass
+    """What bench.measure.rank.build_pass gives this rank: parameters, input shard, output gradient shard."""
+    from bench.measure.rank import build_pass
     from gdn_cp.distributed import resolve_platform
 
     _, _, live = build_pass(case, resolve_platform(device))

@@ -17,14 +17,14 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import compare
-from bench.comparison import comparability, compare_runs, min_p_value
-from bench.config import Case
-from bench.env import Environment
 from bench.errors import UserError
-from bench.gitrefs import RefSide, resolve_side
-from bench.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
-from bench.store import CaseResult, MemoryResult, RunResult, load_result, save_result
-from bench.timing import summarize
+from bench.launch.gitrefs import RefSide, resolve_side
+from bench.launch.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
+from bench.measure.timing import summarize
+from bench.results.comparison import comparability, compare_runs, min_p_value
+from bench.results.env import Environment
+from bench.results.store import CaseResult, MemoryResult, RunResult, load_result, save_result
+from bench.suite.config import Case
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115

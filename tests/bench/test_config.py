@@ -7,8 +7,8 @@ from typing import get_args
 
 import pytest
 
-from bench.config import Case, Device, Mode, Scenario, SuiteConfig, Sweep
 from bench.errors import FieldError
+from bench.suite.config import Case, Device, Mode, Scenario, SuiteConfig, Sweep
 from gdn_cp.distributed import DEVICES, MODES
 from gdn_cp.layers import GatedDeltaNet
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from bench.env import Environment, collect_environment, cpu_model, git_info
+from bench.results.env import Environment, collect_environment, cpu_model, git_info
 from gdn_cp.distributed import resolve_platform
 
 

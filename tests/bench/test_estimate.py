@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import Case, Scenario, Sweep
-from bench.estimate import (
+from bench.launch.estimate import (
     available_bytes,
     estimate_peak_bytes,
     host_available_bytes,
     human_bytes,
     parameter_count,
 )
+from bench.suite.config import Case, Scenario, Sweep
 from gdn_cp.distributed import resolve_platform
 from gdn_cp.layers import GatedDeltaNet
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.config import Scenario, Sweep
 from bench.errors import UserError
-from bench.filters import parse_filters
+from bench.suite.config import Scenario, Sweep
+from bench.suite.filters import parse_filters
 
 CASES = Scenario(
     name="s",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from bench.launcher import (
+from bench.launch.launcher import (
     QUIET_LOGGERS,
     TorchrunEnv,
     oversubscription_warning,

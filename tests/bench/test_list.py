@@ -9,7 +9,7 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import list as list_command
-from bench.loader import ConfigError
+from bench.suite.loader import ConfigError
 
 
 def rendered(*args, **kwargs) -> str:

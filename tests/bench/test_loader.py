@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bench import estimate
-from bench.loader import (
+from bench.launch import estimate
+from bench.launch.preflight import check_cases
+from bench.suite.loader import (
     ConfigError,
-    check_cases,
     find_scenario,
     load_scenario,
     load_suite,
     parse_overrides,
+    read_scenario,
 )
 from gdn_cp.distributed import resolve_platform
 
@@ -44,12 +45,11 @@ def load(write_scenario, text: str, sets: list[str] | None = None):
 
 def check(write_scenario, text: str, sets: list[str] | None = None, **kwargs):
     path = write_scenario("s", text)
-    overrides = parse_overrides(sets or [])
-    scenario = load_scenario(path, overrides)
+    scenario, locate = read_scenario(path, parse_overrides(sets or []))
     kwargs.setdefault("platform", None)
     kwargs.setdefault("ranks_on_host", lambda c: c.cp)
     kwargs.setdefault("max_local_ranks", None)
-    check_cases(path, scenario, scenario.cases(warmup=1, repeat=1), overrides=overrides, **kwargs)
+    check_cases(locate, scenario, scenario.cases(warmup=1, repeat=1), **kwargs)
 
 
 def test_valid_base_loads(write_scenario):
@@ -178,7 +178,7 @@ def test_weak_scaling_memory_error_names_local_seq_len(write_scenario, monkeypat
     text = BASE.replace("seq_len: [128]", "local_seq_len: [4096]").replace("cp: [1, 2]", "cp: [2]")
     msg = error_of(check, write_scenario, text, platform=resolve_platform("cpu"))
     assert msg.startswith("scenarios/s.yaml:7: local_seq_len: case ulysses-cp2-T8192-fwd needs about")
-    assert "MiB per rank by a rough estimate (bench/estimate.py) x 2 ranks on this host = " in msg
+    assert "MiB per rank by a rough estimate (bench/launch/estimate.py) x 2 ranks on this host = " in msg
 
 
 # --set
@@ -274,7 +274,9 @@ def test_shipped_scenarios_are_valid():
     )
     for name in names:
         path = find_scenario(suite, name)
-        scenario = load_scenario(path)
+        scenario, locate = read_scenario(path)
         cases = scenario.cases(warmup=suite.config.warmup, repeat=suite.config.repeat)
-        check_cases(path, scenario, cases, platform=None, ranks_on_host=lambda c: c.cp, max_local_ranks=None)
+        check_cases(
+            locate, scenario, cases, platform=None, ranks_on_host=lambda c: c.cp, max_local_ranks=None
+        )
         assert cases, name

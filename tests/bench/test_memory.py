@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.memory import measure_peak, profiler_peak_above_start, tensor_bytes
+from bench.measure.memory import measure_peak, profiler_peak_above_start, tensor_bytes
 from gdn_cp.distributed import resolve_platform
 
 MIB = 2**20

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench import analysis
-from bench.analysis import Variant
 from bench.cli import main
 from bench.commands import plot
-from bench.plots import CHART_NAMES, build_charts, sources_for
-from bench.store import load_result, save_result
+from bench.render.plots import BUILDERS, build_charts, sources_for
+from bench.results import analysis
+from bench.results.analysis import Variant
+from bench.results.store import load_result, save_result
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -32,14 +32,14 @@ def plotted(tmp_path_factory) -> tuple[Path, str]:
 
 def test_every_chart_is_a_valid_png_and_svg(plotted):
     out, printed = plotted
-    for name in CHART_NAMES:
+    for name in BUILDERS:
         png, svg = out / f"{name}.png", out / f"{name}.svg"
         assert png.read_bytes()[:8] == PNG_SIGNATURE, name
         root = ET.parse(svg).getroot()
         assert root.tag == "{http://www.w3.org/2000/svg}svg", name
         assert name in printed or str(png) in printed
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{n}.{x}" for n in CHART_NAMES for x in ("png", "svg")
+        f"{n}.{x}" for n in BUILDERS for x in ("png", "svg")
     )
 
 

@@ -1,4 +1,4 @@
-"""`bench report` on frozen result files: markdown content (seed-shaped tables, ablation deltas, scaling
+"""`bench report` on frozen result files: markdown content (reference-shaped tables, ablation deltas, scaling
 efficiency, environment, chart links) and a self-contained HTML file; sections are extensible."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench import analysis, report
-from bench.analysis import Variant
 from bench.cli import main
 from bench.commands import report as report_command
-from bench.document import Paragraph, Section, Table, markdown_table, markdown_text, render_markdown
-from bench.store import load_result
-from bench.tables import format_mib, format_ms
+from bench.render import report
+from bench.render.document import Paragraph, Section, Table, markdown_table, markdown_text, render_markdown
+from bench.results import analysis
+from bench.results.analysis import Variant
+from bench.results.store import load_result
+from bench.results.tables import format_mib, format_ms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115

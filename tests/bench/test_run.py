@@ -15,8 +15,8 @@ import pytest
 from bench.cli import main
 from bench.commands import run as run_command
 from bench.errors import UserError
-from bench.estimate import estimate_peak_bytes
-from bench.store import load_result
+from bench.launch.estimate import estimate_peak_bytes
+from bench.results.store import load_result
 
 pytestmark = pytest.mark.multirank
 
@@ -165,7 +165,7 @@ def test_resume_refuses_a_changed_scenario(suite_dir: Path):
     # a result file of the same scenario with other sweep lists
     from test_store import new_run  # a valid, empty run of scenario "s"
 
-    from bench.store import save_result
+    from bench.results.store import save_result
 
     run = new_run()
     run.scenarios = {"tiny": {"cp": [4]}}

@@ -8,8 +8,8 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import show
-from bench.store import load_result
-from bench.tables import format_ms, format_tokens, not_measured, seed_tables
+from bench.results.store import load_result
+from bench.results.tables import format_ms, format_tokens, not_measured, reference_tables
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -22,7 +22,7 @@ def rendered(name: str) -> str:
 
 def test_seed_tables_group_by_cp_and_merge_passes():
     run = load_result(FIXTURES / "ablation.json")
-    tables = seed_tables(run)
+    tables = reference_tables(run)
     assert [(t.scenario, t.cp) for t in tables] == [("tiny-ablation", 1), ("tiny-ablation", 2)]
     cp1 = tables[0]
     assert cp1.shows_checkpoint
@@ -42,7 +42,7 @@ def test_seed_tables_group_by_cp_and_merge_passes():
 
 def test_show_prints_seed_shaped_tables_and_failures():
     text = rendered("ablation.json")
-    assert "tiny-ablation: CP1  (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)" in text
+    assert "tiny-ablation: CP1 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)" in text
     header = next(line for line in text.splitlines() if "forward median" in line)
     for column in (
         "global seq",

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import store
-from bench.config import Scenario, Sweep
-from bench.env import collect_environment
 from bench.errors import UserError
-from bench.store import (
+from bench.measure.timing import summarize
+from bench.results import store
+from bench.results.env import collect_environment
+from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
     MemoryResult,
@@ -21,7 +21,7 @@ from bench.store import (
     load_result,
     result_filename,
 )
-from bench.timing import summarize
+from bench.suite.config import Scenario, Sweep
 from gdn_cp.distributed import resolve_platform
 
 SCENARIO = Scenario(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.timing import rank_max, summarize
+from bench.measure.timing import rank_max, summarize
 
 
 def test_rank_max_takes_the_slowest_rank_per_repeat():

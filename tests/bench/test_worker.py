@@ -1,4 +1,4 @@
-"""The worker builds the same weights on every rank and the shards of one global input, from the seed."""
+"""The rank function makes the same weights on every rank and shards of one global input, from the seed."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import bench_ranks
 import pytest
 import torch
 
-from bench.config import Scenario, Sweep
-from bench.worker import global_tensor
+from bench.measure.rank import global_tensor
+from bench.suite.config import Scenario, Sweep
 from gdn_cp.distributed import run_on_ranks
 
 pytestmark = pytest.mark.multirank

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import cp_ranks
 import pytest
+import torch
 
 from gdn_cp import GatedDeltaNetConfig, LinearAttentionContextParallel
 from gdn_cp.distributed import MODES, check_cp_shapes
+from tests.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
 
@@ -64,7 +67,10 @@ def test_uneven_sequences_are_refused(messages) -> None:
 def test_device_mesh_group_and_dtensor_round_trip(messages) -> None:
     kind, placements, err = messages["dtensor_output"].split(" ")
     assert kind == "DTensor" and placements == "(Shard(dim=1),)"
-    assert float(err.removeprefix("err=")) < 1e-12
+    # fp64, relative to the output's scale; the layer ran on 4 tokens per rank (2 ranks), each output
+    # accumulating over the tokens and the hidden size.
+    terms = 4 * 2 * cp_ranks.LAYER["hidden_size"]
+    assert float(err.removeprefix("err=")) <= tolerance(torch.float64, terms=terms)
 
 
 def test_state_dict_under_cp_loads_without_it(messages) -> None:

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import cp_ranks
 import pytest
+import torch
 
 from gdn_cp.distributed import MODES
+from tests.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
+BATCH = 2  # cp_ranks.hybrid_comparison's batch
 
 
 @pytest.mark.parametrize("world", cp_ranks.HYBRID_WORLDS, ids=lambda w: f"cp{w}")
 @pytest.mark.parametrize("mode", MODES)
 def test_hybrid_model_under_cp_matches_single_rank(world_results, mode: str, world: int) -> None:
-    errors = world_results(world)[0]["hybrid"][mode]
+    errors = world_results(world)[0]["hybrid"][mode]  # relative to the reference's scale, in fp64
     worst = max(errors, key=errors.get)
-    assert errors[worst] < 1e-10, (worst, errors[worst])
+    # Every layer's outputs accumulate over the tokens and the hidden size; gradients of the weights also sum
+    # over the batch, and the model is as deep as its layers.
+    config = cp_ranks.Qwen35HybridConfig()
+    seq_len = 8 * world
+    terms = len(config.layer_types) * BATCH * seq_len * config.hidden_size
+    assert errors[worst] <= tolerance(torch.float64, terms=terms), (worst, errors[worst])
     assert len(errors) > 20  # loss, logits and every parameter

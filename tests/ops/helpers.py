@@ -1,7 +1,9 @@
-"""Input builders and measuring tools shared by the tests of gdn_cp.ops (shapes: see gdn_cp.ops)."""
+"""Input builders and measuring tools shared by the tests of gdn_cp.ops (shapes: see gdn_cp.ops), and the
+tolerance rule of all the tests: `tolerance`, `assert_close_scaled` (elsewhere: from tests.ops.helpers)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -90,11 +92,68 @@ def random_state(shape: Shape, *, dtype: torch.dtype = torch.float64, seed: int 
     return (0.5 * torch.randn(*shape.state, generator=gen, dtype=torch.float64)).to(dtype)
 
 
+TINY = 1e-30
+"""Floor of a reference's scale: an all-zero reference is matched only by an (almost) all-zero result."""
+
+ROUNDING_FACTOR = 16.0
+"""The constant c of `tolerance`: a few units of roundoff per accumulated term, with room for cancellation
+(a result smaller than the terms it is the difference of) and for the summation orders and kernels that
+differ between x86 CPUs (SIMD width, BLAS blocking, Intel or AMD code paths)."""
+
+
 def relative_max_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |actual - expected| / max |expected|: a scale-aware error for low-precision outputs."""
+    if expected.numel() == 0:
+        return 0.0
     expected = expected.double()
-    scale = expected.abs().max().clamp_min(1e-30)
+    scale = expected.abs().max().clamp_min(TINY)
     return ((actual.double() - expected).abs().max() / scale).item()
+
+
+def tolerance(dtype: torch.dtype, *, terms: int = 1, factor: float = ROUNDING_FACTOR) -> float:
+    """Relative error bound c * eps(dtype) * sqrt(terms) for a result computed in `dtype`.
+
+    eps is the dtype's machine epsilon (2x its unit roundoff); terms is the accumulation length / depth
+    of the computation (summed terms, tokens carried through the state, chunks): rounding errors of
+    independent terms add up like a random walk. CPUs differ only in the last bits of each operation, so
+    a bound built this way holds on any of them, while it stays far below a real bug's error (in fp32,
+    c = 16 and terms = 10^4 give 1.9e-4).
+    """
+    return factor * torch.finfo(dtype).eps * math.sqrt(max(terms, 1))
+
+
+def assert_close_scaled(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    terms: int = 1,
+    factor: float = ROUNDING_FACTOR,
+    elementwise: bool = False,
+    check_dtype: bool = True,
+    msg: str = "",
+) -> None:
+    """max |actual - expected| <= tolerance(dtype, terms, factor) * max(max |expected|, TINY).
+
+    The error is measured on the reference's own scale (its abs-max), as rounding errors are relative:
+    no absolute tolerance fitted to one machine's output. elementwise=True scales every element by its
+    own |expected| instead (for elementwise formulas, whose relative error is small everywhere).
+    dtype is the precision the result was computed in (not necessarily the tensors' dtype: a bf16 output
+    may be compared in fp64). Shapes must match, dtypes too unless check_dtype=False.
+    """
+    assert actual.shape == expected.shape, f"{msg} shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if check_dtype:
+        assert actual.dtype == expected.dtype, f"{msg} dtype {actual.dtype} != {expected.dtype}"
+    bound = tolerance(dtype, terms=terms, factor=factor)
+    a, e = actual.detach().double(), expected.detach().double()
+    if not elementwise:
+        err = relative_max_error(a, e)
+    else:
+        err = ((a - e).abs() / e.abs().clamp_min(TINY)).max().item() if e.numel() else 0.0
+    assert err <= bound, (  # NaN fails too
+        f"{msg} relative error {err:.3e} > {bound:.3e} = {factor:g} eps({dtype}) sqrt({terms})"
+        f"{' elementwise' if elementwise else ' of max |expected|'}"
+    )
 
 
 @contextmanager

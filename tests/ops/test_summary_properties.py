@@ -8,7 +8,7 @@ from functools import reduce
 from itertools import pairwise
 
 import torch
-from helpers import GDNInputs, Shape, gdn_inputs, random_state
+from helpers import GDNInputs, Shape, assert_close_scaled, gdn_inputs, random_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,9 +32,14 @@ def _summary(x: GDNInputs, chunk_size: int, checkpoint_summary: bool = False) ->
     return gdn_state_summary(chunks, checkpoint_summary=checkpoint_summary)
 
 
-def _assert_summaries_close(actual: Summary, expected: Summary) -> None:
-    torch.testing.assert_close(actual[0], expected[0], atol=1e-10, rtol=1e-10, msg=lambda m: f"S: {m}")
-    torch.testing.assert_close(actual[1], expected[1], atol=1e-10, rtol=1e-10, msg=lambda m: f"M: {m}")
+def _terms(shape: Shape) -> int:
+    """Accumulation length of a summary or state entry: T tokens, each a K-long dot product."""
+    return shape.T * shape.K
+
+
+def _assert_summaries_close(actual: Summary, expected: Summary, shape: Shape) -> None:
+    assert_close_scaled(actual[0], expected[0], torch.float64, terms=_terms(shape), msg="S:")
+    assert_close_scaled(actual[1], expected[1], torch.float64, terms=_terms(shape), msg="M:")
 
 
 @st.composite
@@ -59,7 +64,7 @@ def test_apply_summary_equals_final_state(
     _, h = chunk_gated_delta_rule(
         *x, initial_state=H, output_final_state=True, use_qk_l2norm_in_kernel=True, chunk_size=chunk_size
     )
-    torch.testing.assert_close(apply_summary(summary, H), h, atol=1e-10, rtol=1e-10)
+    assert_close_scaled(apply_summary(summary, H), h, torch.float64, terms=_terms(shape))
 
 
 def _random_tree(data: st.DataObject, pieces: list[Summary]) -> Summary:
@@ -80,14 +85,14 @@ def test_piece_summaries_compose_to_whole(shape: Shape, data: st.DataObject) -> 
     pieces = [_summary(x.slice(a, b), data.draw(st.sampled_from(CHUNK_SIZES))) for a, b in pairwise(bounds)]
     whole = _summary(x, data.draw(st.sampled_from(CHUNK_SIZES)))
 
-    _assert_summaries_close(reduce(compose_summaries, pieces), whole)
-    _assert_summaries_close(reduce(lambda acc, s: compose_summaries(s, acc), reversed(pieces)), whole)
-    _assert_summaries_close(_random_tree(data, pieces), whole)
+    _assert_summaries_close(reduce(compose_summaries, pieces), whole, shape)
+    _assert_summaries_close(reduce(lambda acc, s: compose_summaries(s, acc), reversed(pieces)), whole, shape)
+    _assert_summaries_close(_random_tree(data, pieces), whole, shape)
 
     _, h_zero = chunk_gated_delta_rule(*x, output_final_state=True, use_qk_l2norm_in_kernel=True)
-    torch.testing.assert_close(fold_summaries(pieces), h_zero, atol=1e-10, rtol=1e-10)
+    assert_close_scaled(fold_summaries(pieces), h_zero, torch.float64, terms=_terms(shape))
     H = random_state(shape)
     _, h_from_H = chunk_gated_delta_rule(
         *x, initial_state=H, output_final_state=True, use_qk_l2norm_in_kernel=True
     )
-    torch.testing.assert_close(fold_summaries(pieces, H), h_from_H, atol=1e-10, rtol=1e-10)
+    assert_close_scaled(fold_summaries(pieces, H), h_from_H, torch.float64, terms=_terms(shape))

@@ -1,0 +1,276 @@
+"""Run one case on its ranks, in one of two ways:
+
+- local (the default): every case is its own `gdn_cp.distributed.run_on_ranks` launch of `cp` new processes
+  on 127.0.0.1 (torch's elastic launcher). A crash, OOM or hang of one case cannot take down the sweep: it
+  comes back as a RankFailure and the case is recorded as failed. Threads per rank are explicit (the suite's
+  threads_per_rank, else cores // ranks), and the suite's timeout_s is the collective timeout.
+- torchrun: when RANK and WORLD_SIZE are set, `bench run` is already one rank of a job (possibly multi-node).
+  It joins the job's process group once and runs each case as that rank; cases whose cp is not the job's
+  world size are skipped with the reason. Only rank 0 writes results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.api import SignalException
+
+from bench.console import print_warning
+from bench.launch.preflight import check_cases
+from bench.measure.rank import RankResults, measure_on_rank
+from bench.results.store import Status
+from bench.suite.config import Case
+from bench.suite.loader import Suite
+from bench.suite.selection import Selection
+from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, run_on_ranks
+
+RankFn = Callable[[Case, str], Any]
+"""What each rank runs, given the case and the device kind: bench.measure.rank.measure_on_rank (returning
+RankResults) for `bench run`, the verify and profile rank functions (bench.verification, bench.profiling);
+tests pass a module-level function that fails on purpose. Rank 0's return value is the launch's result."""
+
+MAX_RANKS_PER_CORE = 4
+"""A local cpu launch refuses more ranks than this many per core: they would only measure contention."""
+
+QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
+"""Loggers that print a failing rank's traceback (or its SIGTERM) at ERROR/WARNING to stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class TorchrunEnv:
+    """This process's place in a torchrun job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+
+def torchrun_env(environ: Mapping[str, str] | None = None) -> TorchrunEnv | None:
+    """The torchrun job this process belongs to (RANK and WORLD_SIZE set), else None."""
+    env = os.environ if environ is None else environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    world = int(env["WORLD_SIZE"])
+    return TorchrunEnv(
+        rank=int(env["RANK"]),
+        world_size=world,
+        local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+    )
+
+
+@contextlib.contextmanager
+def quiet_launcher_logs() -> Iterator[None]:
+    """Raise the launcher's loggers to CRITICAL: a failing case is reported once, in its status line."""
+    # Elastic's modules set levels on their own loggers, so each one under the prefixes is raised.
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith(QUIET_LOGGERS)]
+    loggers = [logging.getLogger(name) for name in {*QUIET_LOGGERS, *names}]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def threads_per_rank(configured: int | None, ranks_on_host: int) -> int:
+    """The suite's threads_per_rank, else cores // ranks on this host (at least 1)."""
+    return configured or default_threads_per_rank(ranks_on_host)
+
+
+def oversubscription_warning(ranks_on_host: int, threads: int) -> str | None:
+    """A warning when the ranks' threads exceed this host's cores (timings then measure contention)."""
+    cores = os.cpu_count() or 1
+    if ranks_on_host * threads <= cores:
+        return None
+    threads_text = f"{threads} thread{'s' if threads > 1 else ''}"
+    return (
+        f"{ranks_on_host} ranks x {threads_text} exceed this host's {cores} cores; timings include "
+        "contention (compare such cases only with each other)"
+    )
+
+
+@dataclass(kw_only=True, slots=True)
+class Outcome:
+    """What a launch returned: the measurements, or why there are none."""
+
+    status: Status
+    """ok, failed or skipped."""
+    results: RankResults | Any = None
+    """What rank 0's rank function returned (RankResults for `bench run`); None unless ok."""
+    error: str | None = None
+    wall_s: float = 0.0
+
+
+class LocalLauncher:
+    """One `run_on_ranks` launch per case."""
+
+    def __init__(
+        self,
+        platform: Platform,
+        *,
+        threads_per_rank: int | None,
+        timeout_s: float,
+        rank_fn: RankFn = measure_on_rank,
+    ) -> None:
+        self.platform = platform
+        self.threads_per_rank = threads_per_rank
+        self.timeout_s = timeout_s
+        self.rank_fn = rank_fn
+
+    def ranks_on_host(self, case: Case) -> int:
+        return case.cp
+
+    def group(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to join: every case starts its own process group."""
+        return contextlib.nullcontext()
+
+    def threads_for(self, case: Case) -> int:
+        return threads_per_rank(self.threads_per_rank, case.cp)
+
+    def run(self, case: Case) -> Outcome:
+        start = time.perf_counter()
+        try:
+            with quiet_launcher_logs():
+                results = run_on_ranks(
+                    self.rank_fn,
+                    case.cp,
+                    (case, self.platform.device_type),
+                    device=self.platform.device_type,
+                    threads_per_rank=self.threads_for(case),
+                    timeout_s=self.timeout_s,
+                )
+        except RankFailure as exc:
+            return Outcome(status="failed", error=str(exc), wall_s=time.perf_counter() - start)
+        except SignalException as exc:  # the launcher turns Ctrl-C / SIGTERM into this; stop the sweep
+            raise KeyboardInterrupt(str(exc)) from None
+        return Outcome(status="ok", results=results[0], wall_s=time.perf_counter() - start)
+
+
+class TorchrunLauncher:
+    """Runs each case as this rank of the torchrun job; the process group lives for the whole sweep."""
+
+    def __init__(
+        self,
+        platform: Platform,
+        job: TorchrunEnv,
+        *,
+        threads_per_rank: int | None,
+        timeout_s: float,
+        rank_fn: RankFn = measure_on_rank,
+    ) -> None:
+        self.platform = platform
+        self.job = job
+        self.threads_per_rank = threads_per_rank
+        self.timeout_s = timeout_s
+        self.rank_fn = rank_fn
+
+    def ranks_on_host(self, case: Case) -> int:
+        return self.job.local_world_size
+
+    def threads_for(self, case: Case) -> int:
+        return threads_per_rank(self.threads_per_rank, self.job.local_world_size)
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[None]:
+        """Join the job's process group (init from the environment, the platform's backend)."""
+        torch.set_num_threads(threads_per_rank(self.threads_per_rank, self.job.local_world_size))
+        self.platform.set_device(self.job.local_rank)
+        dist.init_process_group(self.platform.backend, timeout=datetime.timedelta(seconds=self.timeout_s))
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+    def run(self, case: Case) -> Outcome:
+        start = time.perf_counter()
+        if case.cp != self.job.world_size:
+            return Outcome(
+                status="skipped",
+                error=(
+                    f"needs cp={case.cp} ranks but this torchrun job has {self.job.world_size}; run it in a "
+                    f"job of {case.cp} ranks (torchrun --nproc-per-node {case.cp} ...)"
+                ),
+            )
+        results: RankResults | None = None
+        mine: tuple[int, str] | None = None
+        try:
+            results = self.rank_fn(case, self.platform.device_type)
+        except Exception as exc:  # every rank reports; the first failing rank's error is kept
+            mine = (self.job.rank, f"{type(exc).__name__}: {exc}")
+        failures: list[Any] = [None] * self.job.world_size
+        dist.all_gather_object(failures, mine)
+        failed = [f for f in failures if f is not None]
+        wall = time.perf_counter() - start
+        if failed:
+            rank, message = failed[0]
+            return Outcome(status="failed", error=str(RankFailure(rank, message)), wall_s=wall)
+        return Outcome(status="ok", results=results, wall_s=wall)
+
+
+def _make_launcher(
+    platform: Platform, job: TorchrunEnv | None, suite: Suite, rank_fn: RankFn
+) -> LocalLauncher | TorchrunLauncher:
+    """The launcher of a command's cases: local launches, or this rank of a torchrun job."""
+    settings = {"threads_per_rank": suite.config.threads_per_rank, "timeout_s": suite.config.timeout_s}
+    if job is None:
+        return LocalLauncher(platform, rank_fn=rank_fn, **settings)
+    return TorchrunLauncher(platform, job, rank_fn=rank_fn, **settings)
+
+
+def _max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
+    """Local launches: one rank per accelerator; on cpu, MAX_RANKS_PER_CORE per core. Under torchrun the
+    job decides (None: unchecked)."""
+    if job is not None:
+        return None
+    if platform.device_type == "cpu":
+        return MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
+    return platform.device_count()
+
+
+def warn_oversubscription(cases: Sequence[Case], launcher: LocalLauncher | TorchrunLauncher) -> None:
+    """One warning per CP degree whose ranks' threads exceed the cores."""
+    for cp in sorted({c.cp for c in cases}):
+        case = next(c for c in cases if c.cp == cp)
+        warning = oversubscription_warning(launcher.ranks_on_host(case), launcher.threads_for(case))
+        if warning:
+            print_warning(f"cp={cp}: {warning}")
+
+
+def leads(job: TorchrunEnv | None) -> bool:
+    """Whether this process prints and writes results: always locally, rank 0 under torchrun."""
+    return job is None or job.rank == 0
+
+
+def prepare_launch(
+    platform: Platform,
+    job: TorchrunEnv | None,
+    suite: Suite,
+    selections: Sequence[Selection],
+    rank_fn: RankFn,
+) -> LocalLauncher | TorchrunLauncher:
+    """The launcher of the selections' cases, once every case has passed the checks against this host
+    (bench.launch.preflight: shapes, local ranks, memory), before any rank starts."""
+    launcher = _make_launcher(platform, job, suite, rank_fn)
+    for sel in selections:
+        check_cases(
+            sel.locate,
+            sel.scenario,
+            sel.cases,
+            platform=platform,
+            ranks_on_host=launcher.ranks_on_host,
+            max_local_ranks=_max_local_ranks(platform, job),
+        )
+    return launcher

@@ -1,0 +1,58 @@
+"""The checks of a command's cases against this host, before any rank starts: shapes the mode cannot split
+(gdn_cp.distributed.check_cp_shapes), more local ranks than the host can run, and a rough memory estimate
+above what is available (bench.launch.estimate). Each error names the scenario file, line and fix, through
+the Locator the scenario was read with (the file is not read again)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from bench.launch.estimate import available_bytes, estimate_peak_bytes, human_bytes
+from bench.suite.config import Case, Scenario
+from bench.suite.loader import Locator
+from gdn_cp.distributed import Platform, check_cp_shapes
+
+
+def check_cases(
+    locate: Locator,
+    scenario: Scenario,
+    cases: Iterable[Case],
+    *,
+    platform: Platform | None,
+    ranks_on_host: Callable[[Case], int],
+    max_local_ranks: int | None,
+) -> None:
+    """Refuse cases that cannot run here (see the module docstring); the memory check is skipped when
+    `platform` is None or cannot tell what is available, the rank check when `max_local_ranks` is None."""
+    length_key = "local_seq_len" if any(s.local_seq_len for s in scenario.effective_sweeps()) else "seq_len"
+    available, shared = available_bytes(platform) if platform is not None else (None, False)
+    for case in cases:
+        config = case.layer_config()
+        try:
+            check_cp_shapes(case.mode, config, case.cp)
+        except ValueError as exc:
+            raise locate.error(("cp",), "cp", f"case {case.case_id}: {exc}") from None
+        try:
+            check_cp_shapes(case.mode, config, case.cp, case.seq_len)
+        except ValueError as exc:
+            raise locate.error((length_key,), length_key, f"case {case.case_id}: {exc}") from None
+        if max_local_ranks is not None and case.cp > max_local_ranks:
+            raise locate.error(
+                ("cp",),
+                "cp",
+                f"case {case.case_id} needs {case.cp} ranks on this host, more than the {max_local_ranks} it "
+                "can run usefully; use a smaller cp, or launch across hosts with torchrun (see the README)",
+            )
+        if available is not None:
+            per_rank = estimate_peak_bytes(case)
+            ranks = ranks_on_host(case) if shared else 1
+            if per_rank * ranks > available:
+                host = f" x {ranks} ranks on this host = {human_bytes(per_rank * ranks)}" if ranks > 1 else ""
+                raise locate.error(
+                    (length_key,),
+                    length_key,
+                    f"case {case.case_id} needs about {human_bytes(per_rank)} per rank by a rough estimate "
+                    f"(bench/launch/estimate.py){host}, but {human_bytes(available)} is available; use a "
+                    f"shorter {length_key}, a smaller batch or a larger cp, or leave the case out with "
+                    "--filter",
+                )

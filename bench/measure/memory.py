@@ -1,0 +1,101 @@
+"""Peak allocated memory of one step on this rank, in a separate untimed pass (meters slow the step).
+
+What the number includes: everything live when the step starts (the layer's parameters, this rank's input
+shard and output gradient; on npu/cuda also anything else the allocator holds for this process) plus the
+step's own peak on top (activations saved for backward, gradients, temporaries, communication buffers).
+
+Meters, recorded with every reading:
+- "npu-allocator" / "cuda-allocator": the device allocator's peak after Platform.reset_peak_memory.
+- "cpu-profiler": torch.profiler with profile_memory=True. Each allocation event (and free: a negative
+  `alloc_size`) carries `total_allocated`, a running total of bytes allocated minus freed while any profiler
+  has been recording in this process. The total does not restart with a new profiler: memory allocated
+  under an earlier profiler and freed outside it stays counted. So the step's starting level is taken from
+  its first event (total_allocated - alloc_size), and the peak above start is max(total) minus that level;
+  the bytes of the tensors live at the start are added to it. The profiler may miss frees of blocks
+  allocated before it started (when it does not know their size), so a step that frees older memory can be
+  over-counted by up to that much; the rank function clears gradients before the measured step, so its
+  steps free nothing older.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile
+
+from gdn_cp.distributed import Platform
+
+
+@dataclass(kw_only=True, slots=True)
+class MemoryReading:
+    """Peak allocated bytes of one step on one rank."""
+
+    peak_bytes: int
+    """Bytes live at the start of the step plus the step's peak above that."""
+    baseline_bytes: int
+    """Bytes live at the start of the step (parameters, input, output gradient, ...)."""
+    meter: str
+    """"npu-allocator", "cuda-allocator" or "cpu-profiler" (see the module docstring)."""
+
+
+def _walk(nodes: Iterable) -> Iterator:
+    for node in nodes:
+        yield node
+        yield from _walk(node.children)
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (views of one storage count once)."""
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def profiler_peak_above_start(step: Callable[[], object]) -> int:
+    """Run `step` under the CPU profiler; the peak of bytes allocated minus freed since it started (>= 0)."""
+    # Kineto prints "profiler_start/stop" notices to stderr at every start below level 6 (read at first use).
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    events = sorted((n for n in _walk(tree) if n.tag == _EventType.Allocation), key=lambda n: n.start_time_ns)
+    if not events:
+        return 0
+    first = events[0].extra_fields
+    start = first.total_allocated - first.alloc_size
+    return max(0, max(e.extra_fields.total_allocated for e in events) - start)
+
+
+def measure_peak(
+    step: Callable[[], object], platform: Platform, live: Iterable[torch.Tensor]
+) -> MemoryReading:
+    """Peak allocated bytes while `step()` runs once on this rank.
+
+    Args:
+        step: one pass; what it returns (a forward's output, holding its graph) is dropped after it
+        platform: the device; npu/cuda read the allocator, cpu runs the profiler
+        live: tensors live at the start that the cpu meter counts as baseline (the allocator sees them anyway)
+    """
+    gc.collect()
+    platform.synchronize()
+    if platform.has_allocator_stats:
+        platform.reset_peak_memory()
+        baseline = platform.memory_allocated()
+        step()
+        platform.synchronize()
+        return MemoryReading(
+            peak_bytes=platform.max_memory_allocated(),
+            baseline_bytes=baseline,
+            meter=f"{platform.device_type}-allocator",
+        )
+    baseline = tensor_bytes(live)
+    return MemoryReading(
+        peak_bytes=baseline + profiler_peak_above_start(step), baseline_bytes=baseline, meter="cpu-profiler"
+    )

@@ -1,0 +1,137 @@
+"""What every rank of a case runs: build the CP layer, time the pass, measure its memory, gather to all ranks.
+
+Runs inside an initialised process group whose ranks are the case's CP group (a `run_on_ranks` launch, or a
+torchrun job whose world size is the case's cp). Every rank builds the same weights, the same global input
+and the same output gradient from the case's seed, keeps its contiguous sequence shard (shard_sequence), and
+puts the layer under LinearAttentionContextParallel.
+
+Timing, per repeat: barrier, device sync, start, the pass, device sync, stop; gradients are cleared between
+repeats, outside the timed region. The passes:
+- forward: `layer(x)` with autograd on (as in training: the graph and saved activations are built), no
+  backward; the output is dropped after the stop.
+- forward_backward: `layer(x).backward(grad_output)` with a fixed random grad_output shard. Parameter
+  gradients stay partial per rank: their reduction over the CP group (an all-reduce or FSDP) is not timed.
+Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from bench.measure.memory import measure_peak
+from bench.suite.config import Case
+from gdn_cp import GatedDeltaNet, LinearAttentionContextParallel
+from gdn_cp.distributed import Platform, local_rank, resolve_platform, shard_sequence
+
+
+@dataclass(kw_only=True, slots=True)
+class RankResults:
+    """What one case measured on every rank (index = rank), identical on all ranks after the gather."""
+
+    samples_s: list[list[float]]
+    """[rank][repeat] elapsed seconds of the timed pass."""
+    peak_bytes: list[int]
+    """[rank] peak allocated bytes of one pass (bench.measure.memory)."""
+    baseline_bytes: list[int]
+    """[rank] bytes live at the start of that pass."""
+    meter: str
+    """The memory meter used."""
+    device_name: str
+    """Name of rank 0's device."""
+    threads: int
+    """torch intra-op threads of rank 0 (every rank gets the same)."""
+
+
+def global_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    """The same tensor on every rank: drawn on the CPU from a seeded generator (device RNGs differ)."""
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
+
+
+def _local_shard(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """This rank's shard as its own tensor on `device` (a copy, so that the global tensor can be freed)."""
+    return shard_sequence(x).to(device, copy=True)
+
+
+def build_pass(
+    case: Case, platform: Platform
+) -> tuple[Callable[[], torch.Tensor | None], Callable[[], None], list[torch.Tensor]]:
+    """The case's layer and data on this rank; returns (step, clear_grads, live tensors).
+
+    `step()` runs the case's pass once: forward returns the output (its autograd graph lives until the caller
+    drops it, as in training before backward), forward_backward returns None. `clear_grads()` sets every
+    gradient to None.
+    """
+    device = platform.device(local_rank())
+    config = case.layer_config()
+    torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: same weights on every rank
+    layer = GatedDeltaNet(config, device=device)
+    generator = torch.Generator().manual_seed(case.seed + 1)
+    shape = (case.batch, case.seq_len, case.hidden_size)
+    x = _local_shard(global_tensor(shape, config.dtype, generator), device).requires_grad_(True)
+    grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device)
+    layer = LinearAttentionContextParallel(mode=case.mode, checkpoint_summary=bool(case.checkpoint)).apply(
+        layer
+    )
+
+    if case.pass_ == "forward":
+
+        def step() -> torch.Tensor | None:
+            return layer(x)
+
+    else:
+
+        def step() -> torch.Tensor | None:
+            layer(x).backward(grad_output)
+            return None
+
+    def clear_grads() -> None:
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+
+    return step, clear_grads, [*layer.parameters(), x, grad_output]
+
+
+def time_pass(
+    step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None], case: Case, platform: Platform
+) -> list[float]:
+    """Warmup, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
+    for _ in range(case.warmup):
+        step()
+        clear_grads()
+    samples = []
+    for _ in range(case.repeat):
+        dist.barrier()
+        platform.synchronize()
+        start = time.perf_counter()
+        out = step()
+        platform.synchronize()
+        samples.append(time.perf_counter() - start)
+        del out  # a forward's graph is freed after the stop: tearing it down is not part of the pass
+        clear_grads()
+    return samples
+
+
+def measure_on_rank(case: Case, device_kind: str) -> RankResults:
+    """Time and measure `case` on this rank (the function every rank of a launch runs)."""
+    platform = resolve_platform(device_kind)
+    step, clear_grads, live = build_pass(case, platform)
+    samples = time_pass(step, clear_grads, case, platform)
+    dist.barrier()
+    reading = measure_peak(step, platform, live)
+    clear_grads()
+    mine = (samples, reading.peak_bytes, reading.baseline_bytes)
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return RankResults(
+        samples_s=[r[0] for r in everyone],
+        peak_bytes=[r[1] for r in everyone],
+        baseline_bytes=[r[2] for r in everyone],
+        meter=reading.meter,
+        device_name=platform.device_name(local_rank()),
+        threads=torch.get_num_threads(),
+    )

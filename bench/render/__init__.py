@@ -1,0 +1,1 @@
+"""Documents from results: the document model (markdown and HTML), the scaling charts, and the report."""

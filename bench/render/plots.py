@@ -1,0 +1,536 @@
+"""Scaling charts from result files: one matplotlib Figure per chart, saved as PNG and SVG.
+
+Charts, with stable file names so that the README can embed them (`<name>.png`, `<name>.svg`):
+
+    time_vs_seq          time vs global sequence length per mode; rows forward / forward+backward, one
+                         panel per CP degree; log-log, bars = IQR over repeats
+    weak_scaling         fixed tokens per rank: time vs CP degree, with the ideal flat line at t(cp=1)
+    strong_scaling       fixed global sequence: speedup t(cp=1) / t(cp) vs CP degree, ideal speedup = cp
+    memory_vs_seq        peak allocated vs global sequence length per mode, one panel per CP degree; log-log
+    checkpoint_summary   summary checkpoint on vs off (p2p, all_gather): time cost (%) and memory saved (MiB)
+
+Several result files overlay as series: colour = mode, line style and marker = file (branch@commit). A
+chart that the results cannot support (no weak-scaling sweep, no checkpoint-off case, ...) is skipped with
+a one-line reason. When the files hold several scenarios, each gets its own charts, named
+`<scenario>-<name>`. Figures are built with matplotlib's object API (no pyplot, no global state); PNGs
+are rendered by the Agg canvas, so no display is needed.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+
+from bench.results import analysis
+from bench.results.analysis import PASS_LABELS, Variant, source_label
+from bench.results.store import CaseResult, RunResult
+from bench.results.tables import format_tokens
+from gdn_cp.distributed import MODES, mode_class
+
+FORMATS = ("png", "svg")
+DPI = 150
+UNKNOWN_MODE_STYLE = ("gray", "o")
+"""Colour and marker of a mode this bench does not know (results written by another version)."""
+
+
+def mode_style(mode: str) -> tuple[str, str]:
+    """(colour, marker) of `mode`, from the mode registry."""
+    if mode not in MODES:
+        return UNKNOWN_MODE_STYLE
+    cls = mode_class(mode)
+    return cls.color, cls.marker
+
+
+"""A marker per mode as well as a colour, so that lines lying on top of each other stay visible."""
+SOURCE_LINES = ["-", "--", ":", "-."]
+"""Line style of the 1st, 2nd, ... result file (later files also get hollow markers)."""
+SOURCE_HATCHES = ["", "//", "..", "xx"]
+PANEL_SIZE = (3.6, 2.9)
+"""Inches per panel."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One result file as a series of the charts."""
+
+    label: str
+    """How the legend names it: branch@commit."""
+    run: RunResult
+
+
+@dataclass(slots=True)
+class Chart:
+    """A rendered chart, ready to save."""
+
+    name: str
+    """Stable file stem: time_vs_seq, ... (prefixed with the scenario when there are several)."""
+    title: str
+    figure: Figure
+
+    def save(self, out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for fmt in formats:
+            path = out_dir / f"{self.name}.{fmt}"
+            # A fixed salt for the SVG's ids and no date: an unchanged chart rewrites an identical file,
+            # so re-rendering the committed charts shows no diff.
+            metadata = {"Date": None} if fmt == "svg" else None
+            with matplotlib.rc_context({"svg.hashsalt": "gdn-cp-bench"}):
+                self.figure.savefig(path, format=fmt, dpi=DPI, bbox_inches="tight", metadata=metadata)
+            paths.append(path)
+        return paths
+
+    def png_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+        return buf.getvalue()
+
+
+def sources_for(runs: Sequence[RunResult], names: Sequence[str]) -> list[Source]:
+    """Label each run branch@commit; runs that would share a label get their file name appended."""
+    labels = [source_label(r) for r in runs]
+    return [
+        Source(label=f"{label} ({name})" if labels.count(label) > 1 else label, run=run)
+        for label, run, name in zip(labels, runs, names, strict=True)
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Shared decoration
+
+
+def _identity(sources: Sequence[Source]) -> str:
+    """Second title line: the device(s) and the commit(s)."""
+    devices = list(
+        dict.fromkeys(
+            f"{s.run.environment.device_type} ({s.run.environment.device_name}, {s.run.environment.backend})"
+            for s in sources
+        )
+    )
+    return f"{' / '.join(devices)} · {' vs '.join(s.label for s in sources)}"
+
+
+def _footer(sources: Sequence[Source], scenario: str, note: str) -> str:
+    lines = []
+    for s in sources:
+        e = s.run.environment
+        repeats = sorted({c.case.repeat for c in s.run.cases if c.case.scenario == scenario})
+        prefix = f"{s.label}: " if len(sources) > 1 else ""
+        lines.append(
+            f"{prefix}host {e.hostname}: {e.cpu_model}, {e.cpu_count} cores; "
+            f"threads per rank {analysis.threads_by_cp(s.run, scenario)}; torch {e.torch_version}"
+            + (f", torch-npu {e.torch_npu_version}" if e.torch_npu_version else "")
+            + f"; layer {analysis.describe_layer(s.run.scenarios.get(scenario, {}))}; "
+            f"repeats {'/'.join(map(str, repeats))}"
+        )
+    lines.append(note)
+    return "\n".join(lines)
+
+
+def _figure(rows: int, cols: int) -> tuple[Figure, list[list]]:
+    """A grid of panels; panels of a row share their y axis, so that they compare at a glance."""
+    fig = Figure(figsize=(PANEL_SIZE[0] * cols + 1.8, PANEL_SIZE[1] * rows + 1.0), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, sharey="row")
+    return fig, [list(r) for r in axes]
+
+
+def _finish(
+    fig: Figure,
+    *,
+    title: str,
+    scenario: str,
+    sources: Sequence[Source],
+    variants: Sequence[Variant],
+    note: str,
+    extra: Sequence[Line2D | Patch] = (),
+    bars: bool = False,
+) -> None:
+    """Title (chart, scenario, device and commits), legend outside the panels, footer under them."""
+    fig.suptitle(f"{title} · {scenario}\n{_identity(sources)}", fontsize=11)
+    handles: list[Line2D | Patch] = []
+    for v in variants:
+        color = mode_style(v.mode)[0]
+        if bars:
+            handles.append(Patch(facecolor=color, label=v.label))
+        else:
+            handles.append(Line2D([], [], color=color, marker=mode_style(v.mode)[1], label=v.label))
+    if len(sources) > 1:
+        for i, s in enumerate(sources):
+            if bars:
+                hatch = SOURCE_HATCHES[i % len(SOURCE_HATCHES)]
+                handles.append(Patch(facecolor="white", edgecolor="gray", hatch=hatch, label=s.label))
+            else:
+                ls = SOURCE_LINES[i % len(SOURCE_LINES)]
+                handles.append(Line2D([], [], color="gray", linestyle=ls, label=s.label))
+    handles += extra
+    checkpointed = [v.mode for v in variants if v.checkpoint]
+    if checkpointed and not bars:
+        note += f"; {', '.join(checkpointed)}: summary checkpoint on"
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    fig.text(0.0, 0.0, _footer(sources, scenario, note), fontsize=6.5, color="dimgray", va="top", ha="left")
+
+
+def _from_zero(axes: list[list]) -> None:
+    """Linear y axes from 0, once every panel is drawn: a shared row autoscales to all of its data only
+    until a limit is set."""
+    for row in axes:
+        row[0].set_ylim(bottom=0)
+
+
+def _token_axis(ax, values: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(values))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_tokens(round(v))))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _cp_axis(ax, degrees: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(degrees))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{round(v)}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("CP degree (ranks)")
+
+
+def _log_values_axis(ax) -> None:
+    """Log y with ticks at 1-2-5 steps and plain numbers (50, 100, 200), not powers of ten."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def _spread(values: Sequence[float], ranges: Sequence[tuple[float, float]]) -> list[list[float]]:
+    """matplotlib's asymmetric yerr: distances from each value down to its low and up to its high."""
+    pairs = list(zip(values, ranges, strict=True))
+    return [[v - lo for v, (lo, _) in pairs], [hi - v for v, (_, hi) in pairs]]
+
+
+def _lengths_at(sources: Sequence[Source], scenario: str, cp: int) -> list[int]:
+    return _union(sources, lambda r: analysis.seq_lens(r, scenario, cp))
+
+
+def _ms(result: CaseResult) -> tuple[float, float, float]:
+    """Median, and the distances down to q25 and up to q75, in ms."""
+    t = result.timing
+    assert t is not None
+    return t.median_s * 1e3, (t.median_s - t.q25_s) * 1e3, (t.q75_s - t.median_s) * 1e3
+
+
+def _style(i: int, mode: str) -> dict:
+    """Colour and marker from the mode, line style (and hollow markers after the first) from the file."""
+    color = mode_style(mode)[0]
+    return {
+        "color": color,
+        "linestyle": SOURCE_LINES[i % len(SOURCE_LINES)],
+        "marker": mode_style(mode)[1],
+        "markersize": 4.5,
+        "markerfacecolor": color if i == 0 else "white",
+    }
+
+
+def _all_variants(sources: Sequence[Source], scenario: str) -> list[Variant]:
+    return list(dict.fromkeys(v for s in sources for v in analysis.variants(s.run, scenario)))
+
+
+def _union(sources: Sequence[Source], fn: Callable[[RunResult], list]) -> list:
+    return sorted({x for s in sources for x in fn(s.run)})
+
+
+def _passes(sources: Sequence[Source], scenario: str) -> list[str]:
+    present = {p for s in sources for p in analysis.passes(s.run, scenario)}
+    return [p for p in analysis.PASSES if p in present]
+
+
+TIME_NOTE = "time: median over repeats of the rank-max elapsed time; bars: interquartile range"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The charts: each returns a Figure, or the reason the results cannot support it.
+
+
+def time_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
+    degrees = _union(sources, lambda r: analysis.cps(r, scenario))
+    if max((len(_lengths_at(sources, scenario, cp)) for cp in degrees), default=0) < 2:
+        return "needs at least two global sequence lengths at one CP degree"
+    passes = _passes(sources, scenario)
+    fig, axes = _figure(len(passes), len(degrees))
+    for row, pass_ in enumerate(passes):
+        for col, cp in enumerate(degrees):
+            ax = axes[row][col]
+            for i, s in enumerate(sources):
+                for v in analysis.variants(s.run, scenario):
+                    points = analysis.series(s.run, scenario, v, pass_, cp=cp)
+                    if points:
+                        ms = [_ms(r) for _, r in points]
+                        ax.errorbar(
+                            [n for n, _ in points],
+                            [m for m, _, _ in ms],
+                            yerr=[[lo for _, lo, _ in ms], [hi for _, _, hi in ms]],
+                            capsize=2,
+                            **_style(i, v.mode),
+                        )
+            _token_axis(ax, _lengths_at(sources, scenario, cp))
+            _log_values_axis(ax)
+            ax.set_title(f"{PASS_LABELS[pass_]}, CP{cp}", fontsize=9)
+            ax.set_xlabel("global sequence length (tokens)")
+            if col == 0:
+                ax.set_ylabel("time (ms)")
+            ax.grid(True, which="major", alpha=0.3)
+    _finish(
+        fig,
+        title="Time vs global sequence length",
+        scenario=scenario,
+        sources=sources,
+        variants=_all_variants(sources, scenario),
+        note=TIME_NOTE,
+    )
+    return fig
+
+
+def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
+    lengths = _union(sources, lambda r: analysis.weak_lengths(r, scenario))
+    if not lengths:
+        return "no weak-scaling sweep (local_seq_len) measured at cp=1 and a larger CP degree"
+    passes = _passes(sources, scenario)
+    fig, axes = _figure(len(passes), len(lengths))
+    for row, pass_ in enumerate(passes):
+        for col, local in enumerate(lengths):
+            ax = axes[row][col]
+            degrees: set[int] = set()
+            for i, s in enumerate(sources):
+                for v in analysis.variants(s.run, scenario):
+                    points = analysis.weak_scaling(s.run, scenario, v, pass_, local_seq_len=local)
+                    if not points:
+                        continue
+                    degrees.update(p.cp for p in points)
+                    ms = [_ms(p.result) for p in points]
+                    ax.errorbar(
+                        [p.cp for p in points],
+                        [m for m, _, _ in ms],
+                        yerr=[[lo for _, lo, _ in ms], [hi for _, _, hi in ms]],
+                        capsize=2,
+                        **_style(i, v.mode),
+                    )
+                    # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
+                    ax.axhline(ms[0][0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
+            _cp_axis(ax, sorted(degrees) or [1])
+            ax.set_title(f"{PASS_LABELS[pass_]}, {format_tokens(local)} tokens per rank", fontsize=9)
+            if col == 0:
+                ax.set_ylabel("time (ms)")
+            ax.grid(True, alpha=0.3)
+    _from_zero(axes)
+    ideal = Line2D([], [], color="gray", linestyle=":", label="ideal: flat at t(cp=1)")
+    _finish(
+        fig,
+        title="Weak scaling: fixed tokens per rank",
+        scenario=scenario,
+        sources=sources,
+        variants=_all_variants(sources, scenario),
+        note=TIME_NOTE + "; the global sequence grows with the CP degree",
+        extra=[ideal],
+    )
+    return fig
+
+
+def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
+    lengths = _union(sources, lambda r: analysis.strong_lengths(r, scenario))
+    if not lengths:
+        return "no global sequence length measured at cp=1 and a larger CP degree"
+    passes = _passes(sources, scenario)
+    fig, axes = _figure(len(passes), len(lengths))
+    for row, pass_ in enumerate(passes):
+        for col, seq_len in enumerate(lengths):
+            ax = axes[row][col]
+            degrees: set[int] = {1}
+            for i, s in enumerate(sources):
+                for v in analysis.variants(s.run, scenario):
+                    points = analysis.strong_scaling(s.run, scenario, v, pass_, seq_len=seq_len)
+                    if not points:
+                        continue
+                    degrees.update(p.cp for p in points)
+                    ratios = [p.ratio for p in points]
+                    ranges = [p.ratio_range for p in points]
+                    ax.errorbar(
+                        [p.cp for p in points],
+                        ratios,
+                        yerr=_spread(ratios, ranges),
+                        capsize=2,
+                        **_style(i, v.mode),
+                    )
+            ordered = sorted(degrees)
+            ax.plot(ordered, ordered, color="black", linestyle="--", linewidth=1)
+            _cp_axis(ax, ordered)
+            ax.set_title(f"{PASS_LABELS[pass_]}, global {format_tokens(seq_len)}", fontsize=9)
+            if col == 0:
+                ax.set_ylabel("speedup over cp=1")
+            ax.grid(True, alpha=0.3)
+    _from_zero(axes)
+    ideal = Line2D([], [], color="black", linestyle="--", label="ideal: speedup = CP degree")
+    _finish(
+        fig,
+        title="Strong scaling: fixed global sequence",
+        scenario=scenario,
+        sources=sources,
+        variants=_all_variants(sources, scenario),
+        note="speedup: t(cp=1) / t(cp), medians of the rank-max time; bars: from the interquartile ranges",
+        extra=[ideal],
+    )
+    return fig
+
+
+def _memory_points(run: RunResult, scenario: str, v: Variant, cp: int) -> list[tuple[int, float]]:
+    """(global length, peak MiB) of a variant: of forward+backward where it ran (training), else forward."""
+    out = []
+    for seq_len in analysis.seq_lens(run, scenario, cp):
+        for pass_ in ("forward_backward", "forward"):
+            r = analysis.find(run, scenario, v, cp, seq_len, pass_)
+            if r is not None and r.memory is not None:
+                out.append((seq_len, r.memory.peak_mib))
+                break
+    return out
+
+
+def memory_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
+    degrees = _union(sources, lambda r: analysis.cps(r, scenario))
+    if not any(c.memory for s in sources for c in s.run.cases if c.case.scenario == scenario):
+        return "no peak memory was measured"
+    if max((len(_lengths_at(sources, scenario, cp)) for cp in degrees), default=0) < 2:
+        return "needs at least two global sequence lengths at one CP degree"
+    fig, axes = _figure(1, len(degrees))
+    for col, cp in enumerate(degrees):
+        ax = axes[0][col]
+        for i, s in enumerate(sources):
+            for v in analysis.variants(s.run, scenario):
+                points = _memory_points(s.run, scenario, v, cp)
+                if points:
+                    ax.plot([n for n, _ in points], [m for _, m in points], **_style(i, v.mode))
+        _token_axis(ax, _lengths_at(sources, scenario, cp))
+        _log_values_axis(ax)
+        ax.set_title(f"CP{cp}", fontsize=9)
+        ax.set_xlabel("global sequence length (tokens)")
+        if col == 0:
+            ax.set_ylabel("peak allocated per rank (MiB)")
+        ax.grid(True, alpha=0.3)
+    meters = sorted({c.memory.meter for s in sources for c in s.run.cases if c.memory is not None})
+    _finish(
+        fig,
+        title="Peak memory vs global sequence length",
+        scenario=scenario,
+        sources=sources,
+        variants=_all_variants(sources, scenario),
+        note="peak allocated: rank-max of one forward+backward pass (forward where only forward ran), "
+        f"parameters and input included; meter {', '.join(meters)}",
+    )
+    return fig
+
+
+def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str:
+    rows = {
+        s.label: [r for r in analysis.checkpoint_ablation(s.run) if r.scenario == scenario] for s in sources
+    }
+    if not any(rows.values()):
+        return "no p2p/all_gather case ran with the summary checkpoint both on and off"
+    points = sorted({(r.cp, r.seq_len) for rs in rows.values() for r in rs})
+    modes = [m for m in analysis.CHECKPOINT_MODES if any(r.mode == m for rs in rows.values() for r in rs)]
+    passes = {r.pass_ for rs in rows.values() for r in rs}
+    groups = [(i, s, m) for i, s in enumerate(sources) for m in modes]
+    width_in = max(6.0, 0.28 * len(points) * len(groups) + 0.5 * len(points))
+    fig = Figure(figsize=(width_in + 1.8, 6.2), layout="constrained")
+    ax_time, ax_mem = fig.subplots(2, 1, sharex=True)
+    width = min(0.8 / len(groups), 0.3)  # a lone point keeps slim bars
+    for g, (i, s, mode) in enumerate(groups):
+        by_point = {(r.cp, r.seq_len): r for r in rows[s.label] if r.mode == mode}
+        xs = [x + (g - (len(groups) - 1) / 2) * width for x, p in enumerate(points) if p in by_point]
+        found = [by_point[p] for p in points if p in by_point]
+        if not found:
+            continue
+        style = {
+            "width": width,
+            "color": mode_style(mode)[0],
+            "hatch": SOURCE_HATCHES[i % len(SOURCE_HATCHES)],
+            "edgecolor": "white" if i == 0 else "black",
+            "linewidth": 0.5,
+        }
+        costs = [r.time_cost_pct for r in found]
+        spreads = [r.time_cost_range_pct for r in found]
+        ax_time.bar(
+            xs,
+            costs,
+            yerr=_spread(costs, spreads),
+            capsize=2,
+            error_kw={"linewidth": 0.8},
+            **style,
+        )
+        saved = [
+            (x, r.memory_saved_mib) for x, r in zip(xs, found, strict=True) if r.memory_saved_mib is not None
+        ]
+        ax_mem.bar([x for x, _ in saved], [m for _, m in saved], **style)
+    labels = [f"CP{cp}\n{format_tokens(n)}" for cp, n in points]
+    pass_label = " / ".join(PASS_LABELS[p] for p in analysis.PASSES if p in passes)
+    for ax, title, unit in (
+        (ax_time, f"time cost of the checkpoint, {pass_label} (above 0: slower)", "time cost (%)"),
+        (
+            ax_mem,
+            "peak allocated memory saved by the checkpoint (above 0: less memory)",
+            "memory saved (MiB)",
+        ),
+    ):
+        ax.set_xticks(range(len(points)), labels, fontsize=8)
+        ax.set_xlim(-0.7, len(points) - 0.3)
+        ax.tick_params(axis="x", labelbottom=True)
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(unit)
+        ax.grid(True, axis="y", alpha=0.3)
+    ax_mem.set_xlabel("CP degree, global sequence length")
+    _finish(
+        fig,
+        title="Summary checkpoint on vs off",
+        scenario=scenario,
+        sources=sources,
+        variants=[Variant(m, True) for m in modes],
+        note="time cost: t(checkpoint on) / t(off) - 1 of the median rank-max time (bars: from the IQRs); "
+        "memory saved: peak allocated off - on",
+        bars=True,
+    )
+    return fig
+
+
+BUILDERS: dict[str, Callable[[Sequence[Source], str], Figure | str]] = {
+    "time_vs_seq": time_vs_seq,
+    "weak_scaling": weak_scaling,
+    "strong_scaling": strong_scaling,
+    "memory_vs_seq": memory_vs_seq,
+    "checkpoint_summary": checkpoint_summary,
+}
+TITLES = {
+    "time_vs_seq": "Time vs global sequence length",
+    "weak_scaling": "Weak scaling",
+    "strong_scaling": "Strong scaling",
+    "memory_vs_seq": "Peak memory vs global sequence length",
+    "checkpoint_summary": "Summary checkpoint on vs off",
+}
+
+
+def build_charts(sources: Sequence[Source]) -> tuple[list[Chart], list[str]]:
+    """Every chart the sources support, and one note per chart skipped (`name: reason`)."""
+    scenarios = list(dict.fromkeys(n for s in sources for n in analysis.scenario_names(s.run)))
+    charts, notes = [], []
+    for scenario in scenarios:
+        prefix = f"{scenario}-" if len(scenarios) > 1 else ""
+        for name, build in BUILDERS.items():
+            figure = build(sources, scenario)
+            if isinstance(figure, str):
+                notes.append(f"{prefix}{name}: skipped, {figure} in {scenario}")
+            else:
+                charts.append(Chart(name=prefix + name, title=f"{TITLES[name]} ({scenario})", figure=figure))
+    return charts, notes

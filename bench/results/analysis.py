@@ -1,0 +1,290 @@
+"""What charts and reports derive from a run: scaling series and the summary-checkpoint ablation. Pure.
+
+Everything here reads the ok cases of one RunResult, addressed by their coordinates (scenario, mode,
+summary checkpoint, CP degree, global sequence length, pass). Scaling and sequence-length views use one
+*variant* per mode: summary checkpoint on where the run has it (the PR's default), else whatever ran;
+checkpoint on vs off is its own view (`checkpoint_ablation`).
+
+- strong scaling: a fixed global sequence shared by more ranks; speedup(cp) = t(cp=1) / t(cp), efficiency
+  = speedup / cp. Any global length measured at cp=1 and at least one larger cp qualifies.
+- weak scaling: a fixed number of tokens per rank, the global sequence grows with cp; efficiency =
+  t(cp=1) / t(cp) (1.0 is ideal: more ranks, same time). Only the local lengths a scenario declares as a
+  weak-scaling sweep (`local_seq_len`) are used, so that lengths that merely happen to line up across a
+  strong sweep do not pose as a weak-scaling experiment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.results.store import CaseResult, RunResult
+from bench.suite.config import PASS_TAGS
+from gdn_cp.distributed import SUMMARY_MODES, mode_order
+
+PASSES: tuple[str, ...] = tuple(PASS_TAGS)
+"""forward, forward_backward: the order passes are shown in."""
+PASS_LABELS = {"forward": "forward", "forward_backward": "forward+backward"}
+CHECKPOINT_MODES = SUMMARY_MODES
+"""The modes that have a summary to checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One line of a scaling chart: a mode, with the summary checkpoint setting it ran with."""
+
+    mode: str
+    checkpoint: bool | None
+
+    @property
+    def label(self) -> str:
+        return self.mode + (" (ckpt off)" if self.checkpoint is False else "")
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPoint:
+    """One CP degree of a scaling series."""
+
+    cp: int
+    seq_len: int
+    """Global sequence length at this cp."""
+    result: CaseResult
+    """The case at this cp (ok, so timing is set)."""
+    base: CaseResult
+    """The same variant and pass at cp=1."""
+
+    @property
+    def ratio(self) -> float:
+        """t(cp=1) / t(cp): strong-scaling speedup, or weak-scaling efficiency."""
+        return _median(self.base) / _median(self.result)
+
+    @property
+    def ratio_range(self) -> tuple[float, float]:
+        """The ratio's spread from the IQRs of both times: (q25 at cp=1 / q75 at cp, q75 / q25)."""
+        b, r = self.base.timing, self.result.timing
+        assert b is not None and r is not None
+        return b.q25_s / r.q75_s, b.q75_s / r.q25_s
+
+
+@dataclass(frozen=True, slots=True)
+class AblationRow:
+    """Summary checkpoint off (graph kept) against on (recomputed in backward), at one point."""
+
+    scenario: str
+    cp: int
+    seq_len: int
+    mode: str
+    pass_: str
+    """The pass whose time is compared: forward_backward where it ran (the reference PR's), else forward."""
+    off: CaseResult
+    on: CaseResult
+
+    @property
+    def time_cost_pct(self) -> float:
+        """How much longer the pass takes with the checkpoint, in % of the time without."""
+        return 100.0 * (_median(self.on) / _median(self.off) - 1.0)
+
+    @property
+    def time_cost_range_pct(self) -> tuple[float, float]:
+        """The cost's spread from both IQRs: (q25 on / q75 off, q75 on / q25 off), in %."""
+        on, off = self.on.timing, self.off.timing
+        assert on is not None and off is not None
+        return 100.0 * (on.q25_s / off.q75_s - 1.0), 100.0 * (on.q75_s / off.q25_s - 1.0)
+
+    @property
+    def memory_saved_mib(self) -> float | None:
+        """Peak allocated without the checkpoint minus with it (positive: the checkpoint saves memory)."""
+        if self.on.memory is None or self.off.memory is None:
+            return None
+        return self.off.memory.peak_mib - self.on.memory.peak_mib
+
+
+def source_label(run: RunResult) -> str:
+    """How charts, reports and comparisons name a run: branch@commit (8 hex), "+dirty" for uncommitted
+    changes; the branch is left out when detached (a worktree of a ref records "HEAD")."""
+    e = run.environment
+    branch = "" if e.git_branch in ("HEAD", "unknown") else f"{e.git_branch}@"
+    return f"{branch}{e.git_commit[:8]}" + ("+dirty" if e.git_dirty else "")
+
+
+def describe_layer(definition: dict[str, Any]) -> str:
+    """A stored scenario definition's layer in one line, as the tables' titles spell it."""
+    d = definition
+    return (
+        f"hidden {d.get('hidden_size')}, K/V heads {d.get('num_k_heads')}/{d.get('num_v_heads')}, "
+        f"head dims {d.get('head_k_dim')}/{d.get('head_v_dim')}, {d.get('dtype')}, batch {d.get('batch')}"
+    )
+
+
+def threads_by_cp(run: RunResult, scenario: str | None = None) -> str:
+    """torch threads per rank by CP degree ("cp1: 2, cp2: 1"), marking a degree whose ranks x threads
+    exceed the cores of a local launch (its ranks then compete for cores, which shows in the times)."""
+    by_cp: dict[int, set[int]] = {}
+    for c in run.cases:
+        if scenario in (None, c.case.scenario) and c.threads_per_rank is not None:
+            by_cp.setdefault(c.case.cp, set()).add(c.threads_per_rank)
+    if not by_cp:
+        return "-"
+    e = run.environment
+    parts = []
+    for cp, threads in sorted(by_cp.items()):
+        over = cp * max(threads) > e.cpu_count and e.launcher == "local"
+        parts.append(f"cp{cp}: {'/'.join(map(str, sorted(threads)))}" + (" (oversubscribed)" if over else ""))
+    return ", ".join(parts)
+
+
+def _median(result: CaseResult) -> float:
+    assert result.timing is not None, f"{result.key} has no timing"
+    return result.timing.median_s
+
+
+def _ok(run: RunResult) -> Iterable[CaseResult]:
+    return (c for c in run.cases if c.status == "ok" and c.timing is not None)
+
+
+def scenario_names(run: RunResult) -> list[str]:
+    """Scenarios with ok cases, in the order their cases appear."""
+    return list(dict.fromkeys(c.case.scenario for c in _ok(run)))
+
+
+def find(
+    run: RunResult, scenario: str, variant: Variant, cp: int, seq_len: int, pass_: str
+) -> CaseResult | None:
+    """The ok case at these coordinates, if it ran."""
+    for c in _ok(run):
+        k = c.case
+        if (k.scenario, k.mode, k.checkpoint, k.cp, k.seq_len, k.pass_) == (
+            scenario,
+            variant.mode,
+            variant.checkpoint,
+            cp,
+            seq_len,
+            pass_,
+        ):
+            return c
+    return None
+
+
+def variants(run: RunResult, scenario: str) -> list[Variant]:
+    """One variant per mode, in the PR's mode order: checkpoint on where it ran, else off (or None)."""
+    seen: dict[str, set[bool | None]] = {}
+    for c in _ok(run):
+        if c.case.scenario == scenario:
+            seen.setdefault(c.case.mode, set()).add(c.case.checkpoint)
+    out = []
+    for mode in sorted(seen, key=mode_order):
+        settings = seen[mode]
+        checkpoint = True if True in settings else (False if False in settings else None)
+        out.append(Variant(mode, checkpoint))
+    return out
+
+
+def passes(run: RunResult, scenario: str) -> list[str]:
+    present = {c.case.pass_ for c in _ok(run) if c.case.scenario == scenario}
+    return [p for p in PASSES if p in present]
+
+
+def cps(run: RunResult, scenario: str) -> list[int]:
+    return sorted({c.case.cp for c in _ok(run) if c.case.scenario == scenario})
+
+
+def seq_lens(run: RunResult, scenario: str, cp: int | None = None) -> list[int]:
+    return sorted(
+        {c.case.seq_len for c in _ok(run) if c.case.scenario == scenario and cp in (None, c.case.cp)}
+    )
+
+
+def series(
+    run: RunResult, scenario: str, variant: Variant, pass_: str, *, cp: int
+) -> list[tuple[int, CaseResult]]:
+    """(global sequence length, case) of one variant and pass at one CP degree, by length."""
+    out = []
+    for seq_len in seq_lens(run, scenario, cp):
+        result = find(run, scenario, variant, cp, seq_len, pass_)
+        if result is not None:
+            out.append((seq_len, result))
+    return out
+
+
+def strong_lengths(run: RunResult, scenario: str) -> list[int]:
+    """Global lengths measured at cp=1 and at least one larger CP degree (any variant, any pass)."""
+    by_len: dict[int, set[int]] = {}
+    for c in _ok(run):
+        if c.case.scenario == scenario:
+            by_len.setdefault(c.case.seq_len, set()).add(c.case.cp)
+    return sorted(n for n, degrees in by_len.items() if 1 in degrees and len(degrees) > 1)
+
+
+def declared_local_lengths(definition: dict[str, Any]) -> list[int]:
+    """The local_seq_len values a stored scenario definition sweeps (top level and sub-sweeps)."""
+    found: list[int] = list(definition.get("local_seq_len") or [])
+    for sweep in definition.get("sweeps") or []:
+        found += sweep.get("local_seq_len") or []
+    return sorted(set(found))
+
+
+def weak_lengths(run: RunResult, scenario: str) -> list[int]:
+    """Declared weak-scaling local lengths measured at cp=1 and at least one larger CP degree."""
+    out = []
+    for local in declared_local_lengths(run.scenarios.get(scenario, {})):
+        degrees = {
+            c.case.cp for c in _ok(run) if c.case.scenario == scenario and c.case.local_seq_len == local
+        }
+        if 1 in degrees and len(degrees) > 1:
+            out.append(local)
+    return out
+
+
+def strong_scaling(
+    run: RunResult, scenario: str, variant: Variant, pass_: str, *, seq_len: int
+) -> list[ScalingPoint]:
+    """Speedup over cp=1 at a fixed global length; empty when cp=1 did not run for this variant."""
+    base = find(run, scenario, variant, 1, seq_len, pass_)
+    if base is None:
+        return []
+    out = []
+    for cp in cps(run, scenario):
+        result = find(run, scenario, variant, cp, seq_len, pass_)
+        if result is not None:
+            out.append(ScalingPoint(cp=cp, seq_len=seq_len, result=result, base=base))
+    return out
+
+
+def weak_scaling(
+    run: RunResult, scenario: str, variant: Variant, pass_: str, *, local_seq_len: int
+) -> list[ScalingPoint]:
+    """Efficiency t(cp=1) / t(cp) at a fixed length per rank; empty when cp=1 did not run."""
+    base = find(run, scenario, variant, 1, local_seq_len, pass_)
+    if base is None:
+        return []
+    out = []
+    for cp in cps(run, scenario):
+        result = find(run, scenario, variant, cp, local_seq_len * cp, pass_)
+        if result is not None:
+            out.append(ScalingPoint(cp=cp, seq_len=local_seq_len * cp, result=result, base=base))
+    return out
+
+
+def checkpoint_ablation(run: RunResult) -> list[AblationRow]:
+    """Every point where a mode ran with the summary checkpoint both on and off, in case order."""
+    rows: dict[tuple, AblationRow] = {}
+    for c in _ok(run):
+        k = c.case
+        if k.mode not in CHECKPOINT_MODES or k.checkpoint is not True:
+            continue
+        key = (k.scenario, k.cp, k.seq_len, k.mode)
+        if key in rows:
+            continue
+        for pass_ in ("forward_backward", "forward"):  # the first pass measured both ways
+            on = find(run, k.scenario, Variant(k.mode, True), k.cp, k.seq_len, pass_)
+            off = find(run, k.scenario, Variant(k.mode, False), k.cp, k.seq_len, pass_)
+            if on is not None and off is not None:
+                rows[key] = AblationRow(
+                    scenario=k.scenario, cp=k.cp, seq_len=k.seq_len, mode=k.mode, pass_=pass_, off=off, on=on
+                )
+                break
+    return sorted(
+        rows.values(),
+        key=lambda r: (scenario_names(run).index(r.scenario), r.cp, r.seq_len, mode_order(r.mode)),
+    )

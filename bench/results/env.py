@@ -1,0 +1,146 @@
+"""The environment of a run: what decides whether two results can be compared (code, machine, software).
+
+Stored in every result file; `bench compare` flags results from different machines or devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.metadata
+import os
+import platform as _host
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gdn_cp.distributed import Platform
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout whose code is benchmarked (bench and gdn_cp live side by side)."""
+CODE_PATHS = ("gdn_cp", "bench", "scenarios", "bench.yaml", "pyproject.toml")
+"""Paths whose uncommitted changes make a run dirty (results/ and plots/ do not)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class GitInfo:
+    commit: str
+    """Full commit hash, or "unknown" outside a git checkout."""
+    branch: str
+    """Branch name; "HEAD" when detached; "unknown" outside a checkout."""
+    dirty: bool
+    """Uncommitted changes (untracked files included) to what decides a measurement: CODE_PATHS."""
+
+    @property
+    def short_commit(self) -> str:
+        return self.commit[:8]
+
+
+@dataclass(kw_only=True, slots=True)
+class Environment:
+    """Identity of a run."""
+
+    git_commit: str
+    git_branch: str
+    git_dirty: bool
+    python_version: str
+    torch_version: str
+    torch_npu_version: str | None
+    """None when torch-npu is not installed."""
+    device_type: str
+    """cpu, cuda or npu."""
+    device_name: str
+    """Accelerator name, or the CPU architecture on cpu."""
+    backend: str
+    """Collective backend: gloo, nccl, hccl."""
+    hostname: str
+    cpu_model: str
+    """From /proc/cpuinfo ("model name"), else the platform's processor string."""
+    cpu_count: int
+    threads_per_rank: int | None
+    """torch threads per rank as configured; None: cores // ranks of each case (each case records its own)."""
+    world_sizes: list[int]
+    """The CP degrees (ranks per launch) of the run's cases."""
+    launcher: str
+    """"local" (bench spawns the ranks of each case) or "torchrun"."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Environment:
+        return cls(**data)
+
+
+def run_git(repo: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in `repo`, output captured as text; OSError or TimeoutExpired as subprocess raises them."""
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=timeout)
+
+
+def _git(*args: str) -> str | None:
+    """The output of `git ARGS` in the checkout the code runs from, or None when git fails."""
+    try:
+        out = run_git(REPO_ROOT, *args, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def now_iso() -> str:
+    """The local time with its offset, to the second: how result files timestamp things."""
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def git_info() -> GitInfo:
+    """Commit, branch and dirty flag of the checkout the code runs from."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return GitInfo(commit="unknown", branch="unknown", dirty=False)
+    status = _git("status", "--porcelain", "--", *CODE_PATHS) or ""
+    return GitInfo(
+        commit=commit, branch=_git("rev-parse", "--abbrev-ref", "HEAD") or "unknown", dirty=bool(status)
+    )
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _host.processor() or _host.machine()
+
+
+def torch_npu_version() -> str | None:
+    try:
+        return importlib.metadata.version("torch-npu")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect_environment(
+    platform: Platform, *, threads_per_rank: int | None, world_sizes: list[int], launcher: str
+) -> Environment:
+    git = git_info()
+    return Environment(
+        git_commit=git.commit,
+        git_branch=git.branch,
+        git_dirty=git.dirty,
+        python_version=_host.python_version(),
+        torch_version=torch.__version__,
+        torch_npu_version=torch_npu_version(),
+        device_type=platform.device_type,
+        device_name=platform.device_name(),
+        backend=platform.backend,
+        hostname=socket.gethostname(),
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count() or 1,
+        threads_per_rank=threads_per_rank,
+        world_sizes=sorted(set(world_sizes)),
+        launcher=launcher,
+    )

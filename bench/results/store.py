@@ -1,0 +1,260 @@
+"""Result files: one JSON file per run, written after every case, read back into typed records.
+
+    run = RunResult(name=..., environment=..., suite=..., scenarios=..., cases=[])
+    writer = ResultWriter(path, run)        # writes the file (no cases yet)
+    writer.add(CaseResult(...))             # replaces any earlier result of the same case; rewrites the file
+    run = load_result(path)                 # refuses files of another schema_version
+
+Writes are atomic (a temporary file in the same folder, then os.replace), so an interrupted run leaves a
+valid file holding every case finished so far; `bench run --resume FILE` continues it.
+
+Layout (schema_version 1): {schema_version, name, created_at, environment: {...}, suite: {...},
+scenarios: {name: definition}, cases: [{params: {...case...}, status, error, samples_s: [rank][repeat],
+timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}], verifications: [{kind, params, ...}]}.
+Times are in seconds, memory in bytes. `verifications` (the records of `bench verify`, see
+bench/verification/records.py) is optional: files written before it existed load with none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bench.errors import UserError
+from bench.measure.timing import TimingSummary
+from bench.results.env import Environment, now_iso
+from bench.results.verifications import Verification, verification_from_dict
+from bench.suite.config import Case
+
+SCHEMA_VERSION = 1
+"""Bump when the layout changes; load_result refuses other versions."""
+
+Status = Literal["ok", "failed", "skipped"]
+
+MEMORY_INCLUDES = (
+    "peak allocated during one pass on a rank: parameters, input shard and output gradient live at the "
+    "start, plus the pass's activations, gradients, temporaries and communication buffers"
+)
+
+
+@dataclass(kw_only=True, slots=True)
+class MemoryResult:
+    """Peak allocated memory of a case: rank-max, and per rank."""
+
+    peak_bytes: int
+    """Max over ranks of the per-rank peak."""
+    per_rank_bytes: list[int]
+    """Peak of each rank."""
+    baseline_bytes: list[int]
+    """Bytes live at the start of the pass, per rank."""
+    meter: str
+    """How it was measured: npu-allocator, cuda-allocator or cpu-profiler (bench.measure.memory)."""
+    includes: str = MEMORY_INCLUDES
+    """What the number counts."""
+
+    @property
+    def peak_mib(self) -> float:
+        return self.peak_bytes / 2**20
+
+
+@dataclass(kw_only=True, slots=True)
+class CaseResult:
+    """The outcome of one case."""
+
+    case: Case
+    """The case as it ran (its full configuration; `params` in the file)."""
+    status: Status
+    """ok; failed (an exception, OOM, dead rank or timeout: `error`); skipped (not run: `error` says why)."""
+    error: str | None = None
+    """failed: the first failing rank and its error; skipped: the reason."""
+    samples_s: list[list[float]] | None = None
+    """[rank][repeat] elapsed seconds of the timed pass (ok only)."""
+    timing: TimingSummary | None = None
+    """Rank-max statistics over repeats (ok only)."""
+    memory: MemoryResult | None = None
+    """Peak allocated memory (ok only)."""
+    threads_per_rank: int | None = None
+    """torch threads each rank ran with (ok only)."""
+    wall_s: float = 0.0
+    """Wall time of the whole case, launch included."""
+    finished_at: str = field(default_factory=now_iso)
+
+    @property
+    def key(self) -> str:
+        return self.case.key()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.case.to_dict(),
+            "status": self.status,
+            "error": self.error,
+            "samples_s": self.samples_s,
+            "timing": None if self.timing is None else dataclasses.asdict(self.timing),
+            "memory": None if self.memory is None else dataclasses.asdict(self.memory),
+            "threads_per_rank": self.threads_per_rank,
+            "wall_s": self.wall_s,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        return cls(
+            case=Case.from_dict(data["params"]),
+            status=data["status"],
+            error=data["error"],
+            samples_s=data["samples_s"],
+            timing=None if data["timing"] is None else TimingSummary(**data["timing"]),
+            memory=None if data["memory"] is None else MemoryResult(**data["memory"]),
+            threads_per_rank=data["threads_per_rank"],
+            wall_s=data["wall_s"],
+            finished_at=data["finished_at"],
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class RunResult:
+    """One result file."""
+
+    name: str
+    """What ran: the scenario names joined by '+'."""
+    environment: Environment
+    """Code, machine and software identity."""
+    suite: dict[str, Any]
+    """The suite settings the run used (bench.yaml plus --set)."""
+    scenarios: dict[str, dict[str, Any]]
+    """Each scenario's definition (after --set), by name: what makes two runs comparable."""
+    cases: list[CaseResult] = field(default_factory=list)
+    """In the order they finished."""
+    created_at: str = field(default_factory=now_iso)
+    schema_version: int = SCHEMA_VERSION
+    verifications: list[Verification] = field(default_factory=list)
+    """`bench verify` records (layer comparisons, training trajectories), in the order they finished."""
+
+    def get(self, key: str) -> CaseResult | None:
+        return next((c for c in self.cases if c.key == key), None)
+
+    def ok_keys(self) -> set[str]:
+        return {c.key for c in self.cases if c.status == "ok"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "created_at": self.created_at,
+            "environment": self.environment.to_dict(),
+            "suite": self.suite,
+            "scenarios": self.scenarios,
+            "cases": [c.to_dict() for c in self.cases],
+            "verifications": [v.to_dict() for v in self.verifications],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        return cls(
+            schema_version=data["schema_version"],
+            name=data["name"],
+            created_at=data["created_at"],
+            environment=Environment.from_dict(data["environment"]),
+            suite=data["suite"],
+            scenarios=data["scenarios"],
+            cases=[CaseResult.from_dict(c) for c in data["cases"]],
+            verifications=[verification_from_dict(v) for v in data.get("verifications", [])],
+        )
+
+
+def load_result(path: str | Path) -> RunResult:
+    """Read a result file; UserError (with what to do) if it is missing, corrupt or of another schema."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"{path}: no such result file; give a file that `bench run` wrote (see results/)"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); give a result file that `bench run` wrote"
+        ) from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise UserError(
+            f"{path}: schema_version {version!r} is not the version this bench reads ({SCHEMA_VERSION}); "
+            "re-run its scenarios with this bench (`bench run`), or read it with the bench version that "
+            "wrote it"
+        )
+    try:
+        return RunResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(
+            f"{path}: not a bench result file of schema {SCHEMA_VERSION} ({type(exc).__name__}: {exc}); "
+            "give a file that `bench run` wrote"
+        ) from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def save_result(run: RunResult, path: str | Path) -> None:
+    """Write atomically: a temporary file in the same folder, then os.replace over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; results are shared like any file
+        with os.fdopen(fd, "w") as f:
+            json.dump(run.to_dict(), f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResultWriter:
+    """Keeps a run's file up to date: every `add` rewrites it atomically."""
+
+    def __init__(self, path: str | Path, run: RunResult) -> None:
+        self.path = Path(path)
+        self.run = run
+        save_result(run, self.path)
+
+    @classmethod
+    def resume(cls, path: str | Path) -> ResultWriter:
+        """Continue an existing file (bench run --resume)."""
+        writer = cls.__new__(cls)
+        writer.path = Path(path)
+        writer.run = load_result(path)
+        return writer
+
+    def add(self, result: CaseResult) -> None:
+        """Record a case (replacing an earlier result of the same case, e.g. a failure being retried)."""
+        self.run.cases = [c for c in self.run.cases if c.key != result.key]
+        self.run.cases.append(result)
+        save_result(self.run, self.path)
+
+    def add_verification(self, record: Verification) -> None:
+        """Record a `bench verify` case (replacing an earlier record of the same check and case)."""
+        self.run.verifications = [v for v in self.run.verifications if v.key != record.key]
+        self.run.verifications.append(record)
+        save_result(self.run, self.path)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+]+", "-", text).strip("-.") or "x"
+
+
+def result_filename(created: datetime.datetime, branch: str, commit: str, name: str) -> str:
+    """`<YYYYmmdd-HHMMSS>-<branch>-<shortcommit>-<name>.json`, with unsafe characters replaced by '-'."""
+    return f"{created:%Y%m%d-%H%M%S}-{_slug(branch)}-{_slug(commit[:8])}-{_slug(name)[:80]}.json"

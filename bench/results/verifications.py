@@ -1,0 +1,276 @@
+"""What `bench verify` stores: one typed record per case, in the run's result file (RunResult.verifications).
+
+- LayerVerification: the CP layer against the full-sequence single-device reference, one comparison per seed
+  (gdn_cp.accuracy.LayerComparison), judged against the bars that applied (gdn_cp.accuracy.Thresholds).
+- TrainVerification: the hybrid model trained under CP against the single-rank reference, per step: loss and
+  global gradient norm of both, and whether every parameter was bit-identical before step 0.
+
+Failures are computed from the stored numbers and bars (`failures()`), so a record cannot disagree with
+itself; `to_dict` also writes them out for people reading the file. Error growth over a trajectory is
+`error_growth` (see its docstring for the criterion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from bench.results.env import now_iso
+from bench.suite.config import Case
+from bench.suite.thresholds import TrainThresholds
+from gdn_cp.accuracy import ErrorStats, LayerComparison, Thresholds
+
+VerifyStatus = Literal["ok", "failed", "skipped"]
+"""ok: the case ran (whether it passed is `passed`); failed: a rank raised, died or timed out (`error`);
+skipped: not run (under torchrun, a case of another cp; `error` says why)."""
+
+GROWTH_FACTOR = 2.0
+"""A trajectory's error "grows" when the max over its last third exceeds this multiple of the first
+third's."""
+GROWTH_FLOOR = 4 * torch.finfo(torch.float32).eps
+"""Relative errors below this (about 4.8e-7) are fp32 rounding of the loss itself; growth compares
+max(error, floor), so that exact agreement at the start (an error of 0) does not make noise look like
+growth."""
+
+
+def comparison_from_dict(data: dict[str, Any]) -> LayerComparison:
+    """The inverse of LayerComparison.to_dict (its derived grad_norm_rel is recomputed, not read)."""
+    return LayerComparison(
+        output=ErrorStats(**data["output"]),
+        input_grad=ErrorStats(**data["input_grad"]),
+        params={name: ErrorStats(**s) for name, s in data["params"].items()},
+        grad_norm_ref=data["grad_norm_ref"],
+        grad_norm_cp=data["grad_norm_cp"],
+        missing_grads=list(data["missing_grads"]),
+    )
+
+
+@dataclass(kw_only=True, slots=True)
+class LayerVerification:
+    """One case of `bench verify`: the CP layer against the full-sequence reference, for every seed."""
+
+    case: Case
+    """The case (mode, checkpoint, cp, seq_len, dtype, layer dims); its pass is always forward_backward."""
+    status: VerifyStatus
+    """ok or failed (see VerifyStatus)."""
+    seeds: list[int] = field(default_factory=list)
+    """Seeds of weights, input and output gradient, one comparison each."""
+    comparisons: list[LayerComparison] = field(default_factory=list)
+    """Per seed, in the order of `seeds` (ok only)."""
+    thresholds: dict[str, float] = field(default_factory=dict)
+    """The bars that applied (the fields of gdn_cp.accuracy.Thresholds)."""
+    error: str | None = None
+    """failed: the first failing rank and its error; skipped: why."""
+    wall_s: float = 0.0
+    """Wall time of the launch."""
+    finished_at: str = field(default_factory=now_iso)
+
+    kind = "layer"
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.case.key()}"
+
+    def failures(self) -> list[tuple[int, list[str]]]:
+        """(seed, the metrics above their bars) for every seed that failed; empty: all passed (or not run)."""
+        if self.status != "ok":
+            return []
+        bars = Thresholds(**self.thresholds)
+        out = [(seed, c.failures(bars)) for seed, c in zip(self.seeds, self.comparisons, strict=True)]
+        return [(seed, f) for seed, f in out if f]
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "ok" and not self.failures()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "params": self.case.to_dict(),
+            "status": self.status,
+            "passed": self.passed,
+            "seeds": list(self.seeds),
+            "thresholds": dict(self.thresholds),
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "failures": {str(seed): f for seed, f in self.failures()},
+            "error": self.error,
+            "wall_s": self.wall_s,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LayerVerification:
+        return cls(
+            case=Case.from_dict(data["params"]),
+            status=data["status"],
+            seeds=list(data["seeds"]),
+            comparisons=[comparison_from_dict(c) for c in data["comparisons"]],
+            thresholds=dict(data["thresholds"]),
+            error=data["error"],
+            wall_s=data["wall_s"],
+            finished_at=data["finished_at"],
+        )
+
+
+def relative_errors(actual: Sequence[float], reference: Sequence[float]) -> list[float]:
+    """|a - r| / |r| per step (inf where r is 0 and a is not; nan stays nan, and fails every bar)."""
+    out = []
+    for a, r in zip(actual, reference, strict=True):
+        diff = abs(a - r)
+        out.append(diff / abs(r) if r != 0 else (0.0 if diff == 0 else math.inf))
+    return out
+
+
+def error_growth(errors: Sequence[float]) -> float | None:
+    """How much a per-step error grew over a trajectory: max over the last third of the steps divided by the
+    max over the first third, each at least GROWTH_FLOOR. None with fewer than 3 steps (no thirds).
+
+    The error "grows with steps" when this exceeds GROWTH_FACTOR. One number, robust to single noisy steps
+    (maxima over a third, not single points), and independent of the error's scale.
+    """
+    n = len(errors) // 3
+    if n == 0:
+        return None
+    first, last = max(errors[:n]), max(errors[-n:])
+    return max(last, GROWTH_FLOOR) / max(first, GROWTH_FLOOR)
+
+
+@dataclass(kw_only=True, slots=True)
+class Trajectory:
+    """What one trajectory run measured, identical on every rank (bench.verification.train_rank returns
+    it); a TrainVerification is one with the case and its outcome."""
+
+    grad_reduction: str | None = None
+    """How CP gradients were summed over the ranks: fsdp2 or all_reduce."""
+    params_checked: int = 0
+    """Parameter tensors compared before step 0."""
+    mismatched_params: list[str] = field(default_factory=list)
+    """Parameters whose CP copy was not bit-identical to the reference's before step 0 (empty: all equal)."""
+    ref_loss: list[float] = field(default_factory=list)
+    """Per step: the reference's loss (global mean cross-entropy)."""
+    cp_loss: list[float] = field(default_factory=list)
+    """Per step: the CP model's loss (the sum of the ranks' shares)."""
+    ref_grad_norm: list[float] = field(default_factory=list)
+    """Per step: the reference's global gradient L2 norm (computed in fp64)."""
+    cp_grad_norm: list[float] = field(default_factory=list)
+    """Per step: the CP model's global gradient L2 norm after the reduction over ranks (fp64)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainVerification(Trajectory):
+    """One case of `bench verify --train`: the hybrid model under CP against the single-rank reference
+    (the measured fields are Trajectory's, empty unless the case ran)."""
+
+    case: Case
+    """The case (mode, checkpoint, cp, seq_len, dtype and the GDN dims of the model)."""
+    status: VerifyStatus
+    """ok or failed (see VerifyStatus)."""
+    steps: int
+    """Optimizer steps."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The model and optimizer settings (bench.suite.config.TrainSettings as YAML keys)."""
+    thresholds: dict[str, float] = field(default_factory=dict)
+    """The bars that applied (the fields of bench.suite.thresholds.TrainThresholds)."""
+    error: str | None = None
+    """failed: the first failing rank and its error; skipped: why."""
+    wall_s: float = 0.0
+    finished_at: str = field(default_factory=now_iso)
+
+    kind = "train"
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.case.key()}"
+
+    @property
+    def loss_abs(self) -> list[float]:
+        return [abs(a - r) for a, r in zip(self.cp_loss, self.ref_loss, strict=True)]
+
+    @property
+    def loss_rel(self) -> list[float]:
+        return relative_errors(self.cp_loss, self.ref_loss)
+
+    @property
+    def grad_norm_abs(self) -> list[float]:
+        return [abs(a - r) for a, r in zip(self.cp_grad_norm, self.ref_grad_norm, strict=True)]
+
+    @property
+    def grad_norm_rel(self) -> list[float]:
+        return relative_errors(self.cp_grad_norm, self.ref_grad_norm)
+
+    @property
+    def loss_growth(self) -> float | None:
+        return error_growth(self.loss_rel)
+
+    @property
+    def grad_norm_growth(self) -> float | None:
+        return error_growth(self.grad_norm_rel)
+
+    @property
+    def grows(self) -> bool:
+        """Whether either relative error grew by more than GROWTH_FACTOR (reported, not a failure)."""
+        return any(g is not None and g > GROWTH_FACTOR for g in (self.loss_growth, self.grad_norm_growth))
+
+    def failures(self) -> list[str]:
+        """Every failed check: unequal initial weights, non-finite values, errors above the bars."""
+        if self.status != "ok":
+            return []
+        out = [
+            f"param {name}: not identical to the reference before step 0" for name in self.mismatched_params
+        ]
+        bars = TrainThresholds(**self.thresholds)
+        values = (*self.ref_loss, *self.cp_loss, *self.ref_grad_norm, *self.cp_grad_norm)
+        if not all(math.isfinite(v) for v in values):
+            out.append("loss or grad norm has non-finite values")
+        for name, errors, bar in (
+            ("train_loss_rel", self.loss_rel, bars.loss_rel),
+            ("train_grad_norm_rel", self.grad_norm_rel, bars.grad_norm_rel),
+        ):
+            worst = max(errors, default=0.0)
+            if not worst <= bar:  # NaN fails too
+                step = errors.index(worst) if worst in errors else 0
+                out.append(f"{name} {worst:.3e} > {bar:.1e} (step {step})")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "ok" and not self.failures()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "kind": self.kind,
+            "params": self.case.to_dict(),
+            "passed": self.passed,
+            "failures": self.failures(),
+        }
+        for f in dataclasses.fields(self):
+            if f.name != "case":
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainVerification:
+        names = {f.name for f in dataclasses.fields(cls)} - {"case"}
+        return cls(case=Case.from_dict(data["params"]), **{k: v for k, v in data.items() if k in names})
+
+
+Verification = LayerVerification | TrainVerification
+"""Any record of `bench verify`."""
+
+RECORD_KINDS: dict[str, type[LayerVerification] | type[TrainVerification]] = {
+    "layer": LayerVerification,
+    "train": TrainVerification,
+}
+
+
+def verification_from_dict(data: dict[str, Any]) -> Verification:
+    """A stored record, by its `kind`; ValueError for a kind this bench does not know."""
+    kind = data.get("kind")
+    if kind not in RECORD_KINDS:
+        raise ValueError(f"unknown verification kind {kind!r}")
+    return RECORD_KINDS[kind].from_dict(data)

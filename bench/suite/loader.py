@@ -1,0 +1,307 @@
+"""Read bench.yaml and scenario files (with `--set key=value` overrides) into configs, and check their cases.
+
+Every mistake is one line naming where (file:line, or the --set that caused it), the key, the problem and
+the fix, e.g. `scenarios/foo.yaml:7: mode: unknown mode 'ring'; use one of ulysses, p2p, all_gather`.
+All of it runs before any rank starts; each file is read once (the checks of its cases against the host,
+bench.launch.preflight, use the Locator it returns).
+
+`--set key=value` values are parsed as YAML (`--set repeat=3`, `--set cp=[1,2]`). A key of the suite
+(bench.yaml) sets the suite; a key of the scenario sets the top level of every scenario in the run; warmup,
+repeat and device are both. A sweep key (cp, seq_len, local_seq_len, mode, checkpoint, pass) replaces that
+list in every sub-sweep too, so it holds for the whole run; setting seq_len or local_seq_len replaces both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.errors import FieldError, UserError, first_line, suggest
+from bench.suite.config import Scenario, SuiteConfig, Sweep, TrainSettings, yaml_key, yaml_keys
+
+SUITE_FILE = "bench.yaml"
+
+SUITE_KEYS = yaml_keys(SuiteConfig)
+SWEEP_KEYS = yaml_keys(Sweep)
+TRAIN_KEYS = yaml_keys(TrainSettings)
+SCENARIO_KEYS = {k: f for k, f in yaml_keys(Scenario).items() if k not in ("name", "sweep")} | SWEEP_KEYS
+"""YAML keys of a scenario file: its own fields, the top-level sweep lists, and `sweeps`."""
+LENGTH_KEYS = ("seq_len", "local_seq_len")
+
+
+class ConfigError(UserError):
+    """A bench.yaml, scenario or --set mistake; the message is one line with file, key and fix."""
+
+
+def display(path: Path) -> str:
+    """`path` relative to the working directory when inside it (shorter messages)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# --set
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """One `--set key=value`."""
+
+    key: str
+    value: Any
+    text: str
+    """The flag as given, for messages: `--set cp=[1,2]`, `--device cpu`."""
+
+
+def parse_overrides(items: Iterable[str], device: str | None = None) -> list[Override]:
+    """Parse `--set key=value` items (value as YAML), plus `--device` when given (the same as --set
+    device=...); ConfigError for a malformed item or unknown key."""
+    known = SUITE_KEYS.keys() | SCENARIO_KEYS.keys()
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item}: expected key=value, e.g. --set repeat=3 or --set 'cp=[1, 2]'")
+        if key not in known:
+            raise ConfigError(f"--set {item}: unknown key '{key}'; {suggest(key, known)}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or first_line(str(exc))
+            raise ConfigError(
+                f"--set {item}: {key}: the value is not valid YAML ({problem}); write it as in a scenario "
+                "file, e.g. --set 'cp=[1, 2]'"
+            ) from None
+        out.append(Override(key=key, value=value, text=f"--set {item}"))
+    if device is not None:
+        out.append(Override(key="device", value=device, text=f"--device {device}"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# YAML with line numbers
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
+    """The mapping in `path`, and the 1-based line of each key.
+
+    Line keys are paths: ("mode",), ("sweeps", 0), ("sweeps", 0, "cp"), and for a mapping value such as
+    `train:` its keys: ("train", "lr").
+    """
+    where = display(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror}); check the path") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or first_line(str(exc))
+        column = f" (column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"{where}{line}: malformed YAML: {problem}{column}; fix the syntax there") from None
+    if data is None:
+        data, node = {}, None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{where}: expected a mapping of keys (key: value lines), got {type(data).__name__}"
+        )
+    lines: dict[tuple, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            lines[(key_node.value,)] = key_node.start_mark.line + 1
+            if key_node.value == "sweeps" and isinstance(value_node, yaml.SequenceNode):
+                for i, item in enumerate(value_node.value):
+                    lines[("sweeps", i)] = item.start_mark.line + 1
+                    if isinstance(item, yaml.MappingNode):
+                        for k, _ in item.value:
+                            lines[("sweeps", i, k.value)] = k.start_mark.line + 1
+            elif isinstance(value_node, yaml.MappingNode):
+                for k, _ in value_node.value:
+                    lines[(key_node.value, k.value)] = k.start_mark.line + 1
+    return data, lines
+
+
+class Locator:
+    """Formats "where" for a key: `file:line`, or `file (--set k=v)` when an override set the key."""
+
+    def __init__(self, path: Path | None, lines: dict[tuple, int], overrides: Iterable[Override]) -> None:
+        self.file = display(path) if path is not None else "bench.yaml (defaults)"
+        self.lines = lines
+        self.overrides = {o.key: o for o in overrides}
+
+    def __call__(self, *keypath: Any) -> str:
+        top = keypath[0] if keypath else None
+        if top in self.overrides:
+            return f"{self.file} ({self.overrides[top].text})"
+        for n in range(len(keypath), 0, -1):
+            if keypath[:n] in self.lines:
+                return f"{self.file}:{self.lines[keypath[:n]]}"
+        return self.file
+
+    def error(self, keypath: tuple, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self(*keypath)}: {key}: {message}")
+
+
+def _check_keys(
+    data: dict, known: dict[str, str], locate: Locator, prefix: tuple = (), label: str = ""
+) -> None:
+    for key in data:
+        if key not in known:
+            k = str(key)
+            raise locate.error((*prefix, key), f"{label}{k}", f"unknown key; {suggest(k, known)}")
+
+
+def _build(cls: type, fields: dict[str, Any], locate: Locator, prefix: tuple = (), label: str = "") -> Any:
+    """cls(**fields) with YAML keys mapped to field names; a FieldError becomes a located ConfigError."""
+    names = yaml_keys(cls)
+    try:
+        return cls(**{names[k]: v for k, v in fields.items()})
+    except FieldError as exc:
+        raise locate.error((*prefix, exc.key), f"{label}{exc.key}", exc.message) from None
+    except (
+        TypeError
+    ) as exc:  # a required field is missing: "... missing 1 required ... argument: 'hidden_size'"
+        quoted = re.findall(r"'(\w+)'", str(exc))
+        key = next((yaml_key(q) for q in quoted if q in {f.name for f in dataclasses.fields(cls)}), None)
+        if key is None:
+            raise
+        raise locate.error(prefix, f"{label}{key}", f"required but missing; add {key}: <value>") from None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Suite
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    """The suite config and the folder its relative paths are relative to."""
+
+    config: SuiteConfig
+    root: Path
+    """The folder of bench.yaml (the working directory when there is none)."""
+    path: Path | None
+    """bench.yaml, or None when the defaults are used."""
+
+    @property
+    def scenarios_dir(self) -> Path:
+        return self.root / self.config.scenarios_dir
+
+    @property
+    def results_dir(self) -> Path:
+        return self.root / self.config.results_dir
+
+    @property
+    def plots_dir(self) -> Path:
+        return self.root / self.config.plots_dir
+
+
+def load_suite(path: str | Path | None = None, overrides: Iterable[Override] = ()) -> Suite:
+    """bench.yaml at `path`, else ./bench.yaml if present, else the defaults; --set suite keys applied."""
+    overrides = [o for o in overrides if o.key in SUITE_KEYS]
+    if path is None and Path(SUITE_FILE).is_file():
+        path = SUITE_FILE
+    if path is None:
+        data, lines, root, file = {}, {}, Path.cwd(), None
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(
+                f"{display(file)}: no such suite file; give the path of a bench.yaml (--config)"
+            )
+        data, lines = _read_yaml(file)
+        root = file.resolve().parent
+    locate = Locator(file, lines, overrides)
+    _check_keys(data, SUITE_KEYS, locate)
+    data.update({o.key: o.value for o in overrides})
+    return Suite(config=_build(SuiteConfig, data, locate), root=root, path=file)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Scenarios
+
+
+def scenario_names(suite: Suite) -> list[str]:
+    return sorted(p.stem for p in suite.scenarios_dir.glob("*.yaml"))
+
+
+def find_scenario(suite: Suite, name_or_path: str) -> Path:
+    """A scenario name (looked up in the suite's scenarios folder) or a path to a .yaml file."""
+    if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"{name_or_path}: no such scenario file; give a .yaml path or a scenario name")
+        return path
+    path = suite.scenarios_dir / f"{name_or_path}.yaml"
+    if not path.is_file():
+        names = scenario_names(suite)
+        hint = suggest(name_or_path, names) if names else f"{display(suite.scenarios_dir)} has no scenarios"
+        raise ConfigError(f"scenario '{name_or_path}': no {display(path)}; {hint} (see `bench list`)")
+    return path
+
+
+def _apply_overrides(data: dict[str, Any], overrides: list[Override]) -> None:
+    sweeps = data.get("sweeps") if isinstance(data.get("sweeps"), list) else []
+    for o in overrides:
+        replaced = LENGTH_KEYS if o.key in LENGTH_KEYS else (o.key,)
+        for key in replaced:
+            data.pop(key, None)
+        data[o.key] = o.value
+        if o.key in SWEEP_KEYS:
+            for entry in sweeps:
+                if isinstance(entry, dict):
+                    for key in replaced:
+                        entry.pop(key, None)
+
+
+def load_scenario(path: Path, overrides: Iterable[Override] = ()) -> Scenario:
+    """A scenario file with the scenario keys of `overrides` applied, validated."""
+    return read_scenario(path, overrides)[0]
+
+
+def read_scenario(path: Path, overrides: Iterable[Override] = ()) -> tuple[Scenario, Locator]:
+    """`load_scenario`, and the Locator of the file, so that later checks (bench.launch.preflight) name
+    the file and line of a key without reading the file again."""
+    overrides = [o for o in overrides if o.key in SCENARIO_KEYS]
+    data, lines = _read_yaml(path)
+    locate = Locator(path, lines, overrides)
+    if "name" in data:
+        raise locate.error(
+            ("name",),
+            "name",
+            f"a scenario is named by its file ({path.stem}); remove this key or rename the file",
+        )
+    _check_keys(data, SCENARIO_KEYS, locate)
+    _apply_overrides(data, overrides)
+    raw_sweeps = data.pop("sweeps", None) or []
+    if not isinstance(raw_sweeps, list):
+        raise locate.error(
+            ("sweeps",), "sweeps", "expected a list of mappings such as - {cp: [2], seq_len: [4096]}"
+        )
+    sweeps = []
+    for i, entry in enumerate(raw_sweeps):
+        label = f"sweeps[{i}]."
+        if not isinstance(entry, dict):
+            raise locate.error(
+                ("sweeps", i), f"sweeps[{i}]", "expected a mapping of sweep lists (cp: [...], ...)"
+            )
+        _check_keys(entry, SWEEP_KEYS, locate, ("sweeps", i), label)
+        sweeps.append(_build(Sweep, entry, locate, ("sweeps", i), label))
+    top = _build(Sweep, {k: data.pop(k) for k in list(data) if k in SWEEP_KEYS}, locate)
+    train = data.get("train")
+    if isinstance(train, dict):
+        _check_keys(train, TRAIN_KEYS, locate, ("train",), "train.")
+        data["train"] = _build(TrainSettings, train, locate, ("train",), "train.")
+    return _build(Scenario, {**data, "name": path.stem, "sweep": top, "sweeps": sweeps}, locate), locate

@@ -1,0 +1,64 @@
+"""From command-line words to cases: scenario names or paths, --set overrides and --filter, validated."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import UserError
+from bench.suite.config import Case, Scenario
+from bench.suite.filters import CaseFilter
+from bench.suite.loader import ConfigError, Locator, Override, Suite, find_scenario, read_scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """One scenario of a command, and its cases that pass the filter."""
+
+    path: Path
+    scenario: Scenario
+    locate: Locator
+    """Where each key of the file is, for the checks before launch (bench.launch.preflight)."""
+    cases: list[Case]
+    """Expanded cases that match --filter, in expansion order."""
+    total: int
+    """Cases before the filter."""
+
+
+def select(
+    suite: Suite, names: Sequence[str], overrides: Sequence[Override], case_filter: CaseFilter
+) -> list[Selection]:
+    """Load each named scenario (the suite's default when none) with overrides, expand and filter it."""
+    out = []
+    for name in names or [suite.config.default_scenario]:
+        path = find_scenario(suite, name)
+        scenario, locate = read_scenario(path, overrides)
+        cases = scenario.cases(warmup=suite.config.warmup, repeat=suite.config.repeat)
+        out.append(
+            Selection(
+                path=path, scenario=scenario, locate=locate, cases=case_filter.apply(cases), total=len(cases)
+            )
+        )
+    return out
+
+
+def run_device(suite_device: str, selections: Sequence[Selection]) -> str:
+    """The one device of the run: each scenario's own, else the suite's (--device has set both)."""
+    devices = {s.scenario.name: s.scenario.device or suite_device for s in selections}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} ({d})" for name, d in devices.items())
+        raise ConfigError(f"scenarios {listed} name different devices; run them separately, or pass --device")
+    return next(iter(devices.values()))
+
+
+def require_cases(selections: Sequence[Selection], filters: Sequence[str]) -> None:
+    """UserError when --filter left no case in any of the selections."""
+    if any(s.cases for s in selections):
+        return
+    names = [s.scenario.name for s in selections]
+    total = sum(s.total for s in selections)
+    raise UserError(
+        f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
+        f"see `bench list {' '.join(names)}` for their fields"
+    )

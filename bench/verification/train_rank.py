@@ -1,0 +1,256 @@
+"""What every rank of `bench verify --train` runs: the reference PR's trajectory study (section 2).
+
+The hybrid model (gdn_cp.models.Qwen35Hybrid, 3 linear : 1 full attention by default) is built from one seed
+on every rank; rank 0 keeps a copy as the single-rank reference, which runs on the full sequence. The CP
+model is put under context parallelism over all ranks of the launch (GDN layers in the case's mode, full
+attention by Ulysses), and its parameter gradients are summed over the ranks:
+
+- fsdp2: `torch.distributed.fsdp.fully_shard` on every decoder layer and the root, over a 1-D DeviceMesh of
+  the CP ranks. The model's loss on a rank is its share of the global mean, so the partial gradients must be
+  SUMMED; FSDP2 averages by default, so every FSDP module gets a gradient divide factor of 1
+  (`set_gradient_divide_factor`, `set_reduce_scatter_divide_factor` before torch 2.7) and, where torch has
+  it, `set_force_sum_reduction_for_comms(True)`: a plain SUM reduce-scatter (gloo has no PREMUL_SUM).
+- all_reduce: gdn_cp.distributed.all_reduce_gradients after backward.
+
+Precision (`train.master_weights`): with fp32 master weights and a bf16 (or fp16) scenario, both models keep
+parameters, gradients and AdamW state in fp32 and run forward and backward in the scenario's dtype: under
+FSDP2 through its MixedPrecisionPolicy (param_dtype = the scenario's dtype, reduce_dtype = fp32), otherwise
+through `MixedPrecision`, which makes the same casts by hand (parameters cast down before each step,
+gradients cast up before they are summed and stepped).
+
+Before step 0 every parameter of the CP model (gathered to full size under FSDP2) is compared with the
+reference's, bit for bit. Each step draws a new random batch (the same on every rank and for both models),
+runs forward and backward, records the global loss and the global gradient norm of both models, then steps
+AdamW on both.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bench.results.verifications import Trajectory
+from bench.suite.config import Case, TrainSettings
+from gdn_cp.distributed import all_reduce_gradients, local_rank, resolve_platform, shard_sequence
+from gdn_cp.dtypes import to_dtype
+from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
+
+
+def hybrid_config(case: Case, settings: TrainSettings) -> Qwen35HybridConfig:
+    """The hybrid model of a case: the GDN layers from the case, the rest from the train settings; its
+    parameters in fp32 with fp32 master weights, else in the case's dtype."""
+    return Qwen35HybridConfig(
+        vocab_size=settings.vocab_size,
+        hidden_size=case.hidden_size,
+        intermediate_size=settings.intermediate_size,
+        layer_types=tuple(settings.layer_types),
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        head_dim=settings.head_dim,
+        linear_num_key_heads=case.num_k_heads,
+        linear_num_value_heads=case.num_v_heads,
+        linear_key_head_dim=case.head_k_dim,
+        linear_value_head_dim=case.head_v_dim,
+        linear_conv_kernel_dim=case.conv_kernel_size,
+        chunk_size=case.chunk_size,
+        dtype="fp32" if settings.master_weights == "fp32" else case.dtype,
+    )
+
+
+def fsdp2_available() -> bool:
+    """Whether this torch has FSDP2 (`torch.distributed.fsdp.fully_shard`)."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_grad_reduction(setting: str) -> str:
+    """auto -> fsdp2 where torch has it, else all_reduce; fsdp2 and all_reduce stay."""
+    if setting != "auto":
+        return setting
+    return "fsdp2" if fsdp2_available() else "all_reduce"
+
+
+class MixedPrecision:
+    """fp32 master parameters with forward and backward in a lower dtype, by hand (what FSDP2's
+    MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=fp32) does, without FSDP).
+
+    `compute` is a copy of `master` in `compute_dtype`; `to_compute()` refreshes it from the master weights
+    (before each step), `grads_to_master()` hands its gradients to the master parameters in fp32.
+    """
+
+    def __init__(self, master: nn.Module, compute_dtype: torch.dtype) -> None:
+        self.master = master
+        self.compute = copy.deepcopy(master)
+        for p in self.compute.parameters():  # parameters only, as FSDP2: buffers (RoPE's) keep their dtype
+            p.data = p.data.to(compute_dtype)
+
+    def to_compute(self) -> None:
+        with torch.no_grad():
+            for c, m in zip(self.compute.parameters(), self.master.parameters(), strict=True):
+                c.copy_(m)
+
+    def grads_to_master(self) -> None:
+        for c, m in zip(self.compute.parameters(), self.master.parameters(), strict=True):
+            m.grad = None if c.grad is None else c.grad.to(m.dtype)
+            c.grad = None
+
+
+def shard_with_fsdp2(model: Qwen35Hybrid, mesh, compute_dtype: torch.dtype | None = None) -> None:
+    """fully_shard every decoder layer and the root over `mesh`, with gradients summed (not averaged);
+    with `compute_dtype`, forward and backward run in it and gradients are summed in fp32."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(
+        param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None
+    )
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            divide = getattr(module, "set_gradient_divide_factor", None)
+            (divide or module.set_reduce_scatter_divide_factor)(1.0)
+            force_sum = getattr(module, "set_force_sum_reduction_for_comms", None)
+            if force_sum is not None:
+                force_sum(True)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2 parameters and gradients), else the tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    """The full tensor of a (possibly FSDP2-sharded) parameter; a collective under FSDP2."""
+    full_tensor = getattr(p, "full_tensor", None)
+    return (full_tensor() if full_tensor is not None else p).detach()
+
+
+def _norm_dtype(device: torch.device) -> torch.dtype:
+    """fp64 for gradient norms where the device has it (cpu, cuda); npu sums squares in fp32."""
+    return torch.float32 if device.type == "npu" else torch.float64
+
+
+def grad_norm(model: nn.Module, *, sharded: bool) -> float:
+    """The global L2 norm of the gradients; `sharded`: each rank holds a shard, summed over the group."""
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=_norm_dtype(device), device=device)
+    for p in model.parameters():
+        if p.grad is not None:
+            total += _local(p.grad).to(total.dtype).pow(2).sum()
+    if sharded:
+        dist.all_reduce(total)
+    return math.sqrt(total.item())
+
+
+def _mismatched(model: nn.Module, reference: nn.Module | None) -> tuple[int, list[str]]:
+    """(parameters compared, names not bit-identical): every rank gathers each parameter, rank 0 (holding
+    `reference`) compares."""
+    ref_params = dict(reference.named_parameters()) if reference is not None else {}
+    checked, bad = 0, []
+    for name, p in model.named_parameters():
+        full = _full(p)
+        checked += 1
+        if reference is not None:
+            ref = ref_params.get(name)
+            if ref is None or ref.shape != full.shape or not torch.equal(full, ref.detach()):
+                bad.append(name)
+    if reference is not None:
+        bad += sorted(set(ref_params) - {n for n, _ in model.named_parameters()})
+    return checked, bad
+
+
+def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, steps: int) -> Trajectory:
+    """Train the reference (rank 0) and the CP model (all ranks) for `steps` steps; see the module docstring.
+
+    Args:
+        case: mode, checkpoint, cp (the group's size), seq_len, batch, dtype, seed and the GDN dims
+        device_kind: the launch's device (cpu, cuda, npu)
+        settings: the model and optimizer (bench.suite.config.TrainSettings)
+        steps: optimizer steps
+    Returns:
+        The per-step losses and gradient norms of both models, identical on every rank.
+    """
+    platform = resolve_platform(device_kind)
+    device = platform.device(local_rank())
+    rank, cp = dist.get_rank(), dist.get_world_size()
+    config = hybrid_config(case, settings)
+    torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
+    model = Qwen35Hybrid(config).to(device)
+    reference = copy.deepcopy(model) if rank == 0 else None
+    compute_dtype = to_dtype(case.dtype)
+    mixed = config.dtype != compute_dtype  # fp32 master weights, a lower compute dtype
+
+    reduction = resolve_grad_reduction(settings.grad_reduction)
+    if reduction == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(platform.device_type, (cp,), mesh_dim_names=("cp",))
+        apply_context_parallel(
+            model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
+        )
+        shard_with_fsdp2(model, mesh, compute_dtype if mixed else None)
+        cp_cast = None
+    else:
+        # Without FSDP2 the casts of mixed precision are made by hand: the compute copy runs under CP,
+        # the fp32 master weights only take its gradients and the optimizer's steps.
+        cp_cast = MixedPrecision(model, compute_dtype) if mixed else None
+        apply_context_parallel(
+            cp_cast.compute if cp_cast else model,
+            linear_attention_mode=case.mode,
+            checkpoint_summary=bool(case.checkpoint),
+        )
+    checked, mismatched = _mismatched(model, reference)
+    ref_cast = MixedPrecision(reference, compute_dtype) if mixed and reference is not None else None
+
+    def adamw(m: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(m.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+
+    optimizer = adamw(model)
+    ref_optimizer = adamw(reference) if reference is not None else None
+    out = Trajectory(grad_reduction=reduction, params_checked=checked, mismatched_params=mismatched)
+    generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
+    for _ in range(steps):
+        tokens = torch.randint(0, config.vocab_size, (case.batch, case.seq_len + 1), generator=generator)
+        inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)  # labels: the next token
+
+        result = (cp_cast.compute if cp_cast else model)(shard_sequence(inputs), shard_sequence(labels))
+        assert result.loss is not None
+        result.loss.backward()
+        if cp_cast is not None:
+            cp_cast.grads_to_master()
+        if reduction == "all_reduce":
+            all_reduce_gradients(model.parameters())
+        loss = result.loss.detach().float().clone()
+        dist.all_reduce(loss)  # the ranks' shares sum to the global mean
+        out.cp_loss.append(loss.item())
+        out.cp_grad_norm.append(grad_norm(model, sharded=reduction == "fsdp2"))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if cp_cast is not None:
+            cp_cast.to_compute()
+
+        if reference is not None and ref_optimizer is not None:
+            ref_result = (ref_cast.compute if ref_cast else reference)(inputs, labels)
+            assert ref_result.loss is not None
+            ref_result.loss.backward()
+            if ref_cast is not None:
+                ref_cast.grads_to_master()
+            out.ref_loss.append(ref_result.loss.detach().float().item())
+            out.ref_grad_norm.append(grad_norm(reference, sharded=False))
+            ref_optimizer.step()
+            ref_optimizer.zero_grad(set_to_none=True)
+            if ref_cast is not None:
+                ref_cast.to_compute()
+
+    shared = [out]
+    dist.broadcast_object_list(shared, src=0)  # rank 0 holds the reference's numbers
+    return shared[0]

@@ -1,0 +1,80 @@
+"""The CP modes of GatedDeltaNet, and the registry that is the one place a mode's facts are read from.
+
+    base.py            CPMode: the call boundary, and the facts every mode declares (summary, shape rules,
+                       communication model, colour and marker)
+    sequence_shard.py  the pipeline the full-head modes share (halo, Conv1D, prepare, summary, outputs)
+    ulysses.py, p2p.py, all_gather.py   one module per mode
+
+Adding a mode is one module here and one entry in MODE_CLASSES (and the name in ModeName, which a test
+keeps equal). bench, the estimate, the plots and the communication model read everything else from the
+class. The order of MODE_CLASSES is the display order.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gdn_cp.distributed.modes.all_gather import AllGatherMode
+from gdn_cp.distributed.modes.base import CPMode
+from gdn_cp.distributed.modes.p2p import P2PMode
+from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.distributed.modes.ulysses import UlyssesMode
+from gdn_cp.distributed.sharding import check_sequence_split
+from gdn_cp.layers import GatedDeltaNetConfig
+
+ModeName = Literal["ulysses", "p2p", "all_gather"]
+"""The names of the CP modes, for type hints and config validation (equal to MODES, in order)."""
+
+MODE_CLASSES: dict[str, type[CPMode]] = {m.name: m for m in (UlyssesMode, P2PMode, AllGatherMode)}
+"""The registry: name -> mode class, in display order."""
+
+MODES: tuple[str, ...] = tuple(MODE_CLASSES)
+"""The CP modes in display order; the first is the default."""
+DEFAULT_MODE: str = MODES[0]
+SUMMARY_MODES: tuple[str, ...] = tuple(n for n, m in MODE_CLASSES.items() if m.has_summary)
+"""The modes that compute an (S, M) summary, where checkpoint_summary applies."""
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODE_CLASSES:
+        raise ValueError(f"unknown CP mode {mode!r}; use one of {', '.join(MODES)}")
+
+
+def mode_class(mode: str) -> type[CPMode]:
+    """The class of `mode`; ValueError listing the modes for an unknown name."""
+    check_mode(mode)
+    return MODE_CLASSES[mode]
+
+
+def mode_order(mode: str) -> int:
+    """Sort key of a mode name in tables and charts (unknown names last)."""
+    return MODES.index(mode) if mode in MODE_CLASSES else len(MODES)
+
+
+def check_cp_shapes(mode: str, config: GatedDeltaNetConfig, cp_size: int, seq_len: int | None = None) -> None:
+    """Raise ValueError, with the fix, if `mode` cannot run `config` on `cp_size` ranks at `seq_len` tokens.
+
+    Rules: the mode exists; cp_size >= 1; the mode's own shape rules (ulysses: heads divisible by cp); the
+    global sequence must split evenly over the ranks.
+    """
+    cls = mode_class(mode)
+    if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
+        raise ValueError(f"cp size must be a positive integer, got {cp_size!r}")
+    cls.check_shapes(config, cp_size)
+    if seq_len is not None:
+        check_sequence_split(seq_len, cp_size)
+
+
+__all__ = [
+    "DEFAULT_MODE",
+    "MODES",
+    "MODE_CLASSES",
+    "SUMMARY_MODES",
+    "CPMode",
+    "ModeName",
+    "SequenceShardMode",
+    "check_cp_shapes",
+    "check_mode",
+    "mode_class",
+    "mode_order",
+]
