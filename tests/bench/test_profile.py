@@ -47,7 +47,9 @@ def test_profile_writes_a_trace_per_rank_and_the_bytes_match_the_model(
     assert summary["traces"] == ["rank0.json", "rank1.json"]
     rows = summary["communication"]
     assert {(r["rank"], r["kind"]) for r in rows} == {
-        (r, k) for r in (0, 1) for k in ("halo", "p2p")  # the halo carries the shard lengths: no all_gather
+        (r, k)
+        for r in (0, 1)
+        for k in ("halo", "p2p")  # the halo carries the shard lengths: no all_gather
     }
     assert all(r["match"] and r["counted"] == r["model"] for r in rows)
     p2p = next(r for r in rows if r["rank"] == 0 and r["kind"] == "p2p")
