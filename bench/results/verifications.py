@@ -22,8 +22,7 @@ import torch
 
 from bench.results.env import now_iso
 from bench.suite.config import Case
-from bench.suite.thresholds import TrainThresholds
-from gdn_cp.accuracy import ErrorStats, LayerComparison, Thresholds
+from gdn_cp.accuracy import ErrorStats, LayerComparison, Thresholds, TrainThresholds
 
 VerifyStatus = Literal["ok", "failed", "skipped"]
 """ok: the case ran (whether it passed is `passed`); failed: a rank raised, died or timed out (`error`);
@@ -175,7 +174,7 @@ class TrainVerification(Trajectory):
     settings: dict[str, Any] = field(default_factory=dict)
     """The model and optimizer settings (bench.suite.config.TrainSettings as YAML keys)."""
     thresholds: dict[str, float] = field(default_factory=dict)
-    """The bars that applied (the fields of bench.suite.thresholds.TrainThresholds)."""
+    """The bars that applied (the fields of gdn_cp.accuracy.TrainThresholds)."""
     error: str | None = None
     """failed: the first failing rank and its error; skipped: why."""
     wall_s: float = 0.0

@@ -23,27 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.errors import FieldError, suggest
-from gdn_cp.accuracy import Thresholds
+from gdn_cp.accuracy import Thresholds, TrainThresholds
 from gdn_cp.dtypes import DTYPES, dtype_name, to_dtype
 
 LAYER_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Thresholds))
 """Bars of the layer comparison (gdn_cp.accuracy.Thresholds)."""
-
-
-@dataclass(kw_only=True, slots=True)
-class TrainThresholds:
-    """Bars of the training trajectory (reference vs CP over `steps` optimizer steps)."""
-
-    loss_rel: float = 1e-3
-    """Max over steps of |loss_cp - loss_ref| / |loss_ref|. The PR's CP8 bf16 run peaked at 3.6e-5."""
-    grad_norm_rel: float = 1e-2
-    """Max over steps of the global gradient norm's relative difference (the layer's bar)."""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
-                raise ValueError(f"thresholds.train_{f.name} must be a positive number, got {value!r}")
 
 
 TRAIN_KEYS: dict[str, str] = {f"train_{f.name}": f.name for f in dataclasses.fields(TrainThresholds)}

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from bench.errors import first_line
 from bench.results.tables import TableData, format_checkpoint, format_tokens
 from bench.results.verifications import GROWTH_FACTOR, LayerVerification, TrainVerification, Verification
-from bench.suite.thresholds import TrainThresholds
 from bench.verification.summary import (
     GroupKey,
     LayerGroup,
@@ -27,6 +26,7 @@ from bench.verification.summary import (
     sweep_rows,
     train_groups,
 )
+from gdn_cp.accuracy import TrainThresholds
 
 MAX_LISTED_FAILURES = 6
 """Failing metrics listed per case and seed; the rest are counted."""

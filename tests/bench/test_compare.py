@@ -423,7 +423,7 @@ def git(repo: Path, *args: str) -> str:
 def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     git(tmp_path, "clone", "--quiet", str(REPO), str(repo))
-    store = repo / "bench" / "store.py"
+    store = repo / "bench" / "results" / "store.py"
     text = store.read_text()
     assert "MEMORY_INCLUDES = (\n" in text
     store.write_text(text.replace("MEMORY_INCLUDES = (\n", f'MEMORY_INCLUDES = (\n    "{MARKER}; "\n', 1))
