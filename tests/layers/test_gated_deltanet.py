@@ -4,19 +4,24 @@ validation; the layer in bf16."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
+from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
 
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.ops import recurrent_gated_delta_rule
 from tests.ops.helpers import assert_close_scaled
 
 HIDDEN = 64
+DECAY_PARAMETERS = ("A_log", "dt_bias", "in_proj_a.weight")
+"""Parameters whose gradient comes only through the log-decay g."""
 
 
 def _hf_config() -> Qwen3_5TextConfig:
@@ -91,24 +96,43 @@ def test_our_state_dict_loads_into_transformers(tmp_path: Path) -> None:
         pytest.param(1, 5, 16, id="B1-T5-C16"),
     ],
 )
-def test_forward_and_gradients_match_transformers(B: int, T: int, chunk_size: int) -> None:
-    # fp32 on both sides: transformers computes the GDN core in fp32 even for an fp64 module.
+def test_forward_and_gradients_match_transformers(
+    B: int, T: int, chunk_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forward: ours == transformers' layer, both in fp32 (transformers computes its GDN core in fp32 even
+    for an fp64 module). Gradients: ours in fp32 == transformers' layer in fp64 with its core replaced by
+    the defining token-by-token recurrence, run in fp64: the gradient of an fp32 chunked core is not an
+    fp32-accurate reference (the decay gradient sums products that cancel; transformers' fp32 d dt_bias is
+    off by ~1e-2 of its scale in B1-T5-C16, ours by ~1e-5), so ours is held to the exact gradient instead.
+    """
     ref, ours = _pair(chunk_size)
     x = _hidden(B, T).requires_grad_()
     r = torch.randn(B, T, HIDDEN, generator=torch.Generator().manual_seed(2))
-
     y_ref, y = ref(x), ours(x)
     assert_close_scaled(y, y_ref, torch.float32, terms=_terms(T))
 
-    names = [n for n, _ in ref.named_parameters()]
-    grads_ref = torch.autograd.grad((y_ref * r).sum(), (x, *ref.parameters()))
+    def exact_core(q, k, v, g, beta, chunk_size=64, initial_state=None, output_final_state=False, **kw):
+        kw.pop("cu_seqlens", None)
+        return recurrent_gated_delta_rule(
+            q, k, v, g, beta, initial_state=initial_state, output_final_state=output_final_state, **kw
+        )
+
+    monkeypatch.setattr(modeling_qwen3_5, "torch_chunk_gated_delta_rule", exact_core)
+    exact = copy.deepcopy(ref).double()
+    names = [n for n, _ in exact.named_parameters()]
+    x64 = x.detach().double().requires_grad_()
+    grads_exact = torch.autograd.grad((exact(x64) * r.double()).sum(), (x64, *exact.parameters()))
     params = dict(ours.named_parameters())
     grads = torch.autograd.grad((y * r).sum(), (x, *(params[n] for n in names)))
-    for name, a, b in zip(["input", *names], grads, grads_ref, strict=True):
-        scale = b.abs().max().item()
-        assert scale > 0, f"{name}: zero gradient, the comparison would be vacuous"
+    c = ours.config
+    # The decay's gradient (reaching DECAY_PARAMETERS) sums, for every token, over the pairs of its chunk and
+    # the K x V state: C (C (K + V) + K V) products per token, whose signs cancel.
+    decay_terms = chunk_size * (chunk_size * (c.head_k_dim + c.head_v_dim) + c.head_k_dim * c.head_v_dim)
+    for name, a, b in zip(["input", *names], grads, grads_exact, strict=True):
+        assert b.abs().max().item() > 0, f"{name}: zero gradient, the comparison would be vacuous"
         # Parameter gradients also sum over the B sequences of the batch.
-        assert_close_scaled(a, b, torch.float32, terms=B * _terms(T), msg=f"d{name}:")
+        terms = B * _terms(T) * (decay_terms if name in DECAY_PARAMETERS else 1)
+        assert_close_scaled(a, b, torch.float32, terms=terms, check_dtype=False, msg=f"d{name}:")
 
 
 def test_bf16_layer_runs_and_is_close_to_fp32() -> None:
