@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from gdn_cp.dtypes import to_dtype
-from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, gated_rms_norm, gdn_gates
+from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, chunk_gdn_flops, gated_rms_norm, gdn_gates
 
 
 @dataclass(kw_only=True, slots=True)
@@ -78,6 +78,27 @@ class GatedDeltaNetConfig:
     def conv_dim(self) -> int:
         """Channels of the fused projection and the Conv1D: [q | k | v]."""
         return 2 * self.key_dim + self.value_dim
+
+    def flops(self, *, batch: int, seq_len: int, backward: bool) -> int:
+        """Model FLOPs of one pass of the layer on [batch, seq_len] tokens: the four input projections and
+        the output projection (2 T hidden x out each), the depthwise Conv1D (2 T conv_dim W), and the GDN
+        core (gdn_cp.ops.chunk_gdn_flops); norms and gates are elementwise and not counted. Backward counts
+        twice the forward, as the core's formula does."""
+        tokens = batch * seq_len
+        projections = 2 * tokens * self.hidden_size * (self.conv_dim + self.value_dim + 2 * self.num_v_heads)
+        projections += 2 * tokens * self.value_dim * self.hidden_size
+        conv = 2 * tokens * self.conv_dim * self.conv_kernel_size
+        core = chunk_gdn_flops(
+            batch=batch,
+            seq_len=seq_len,
+            num_k_heads=self.num_k_heads,
+            num_v_heads=self.num_v_heads,
+            head_k_dim=self.head_k_dim,
+            head_v_dim=self.head_v_dim,
+            chunk_size=self.chunk_size,
+            backward=False,
+        )
+        return (projections + conv + core) * (3 if backward else 1)
 
     @classmethod
     def from_hf_config(cls, config: Any, **overrides: Any) -> GatedDeltaNetConfig:

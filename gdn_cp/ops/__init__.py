@@ -23,6 +23,7 @@ come back in the input dtype; fp64 stays fp64.
 
 from gdn_cp.ops.chunk import ChunkIntermediates, chunk_gated_delta_rule, chunk_outputs, prepare_chunks
 from gdn_cp.ops.conv import causal_conv1d
+from gdn_cp.ops.flops import chunk_gdn_flops
 from gdn_cp.ops.gates import gdn_gates
 from gdn_cp.ops.norm import gated_rms_norm, l2norm
 from gdn_cp.ops.recurrent import recurrent_gated_delta_rule
@@ -40,6 +41,7 @@ __all__ = [
     "apply_summary",
     "causal_conv1d",
     "chunk_gated_delta_rule",
+    "chunk_gdn_flops",
     "chunk_outputs",
     "compose_summaries",
     "fold_summaries",

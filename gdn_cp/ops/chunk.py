@@ -130,14 +130,15 @@ def _prepare_fwd(
     gamma: torch.Tensor,
     beta: torch.Tensor,
     A: torch.Tensor | None = None,
+    decays: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """Intermediates (Qg, Kt, W, U, P, decay) and A of chunked inputs (A computed unless given).
 
     Args:
         q, k: [B, Hk, 1, N, C, K];  v: [B, Hk, G, N, C, V];  gamma (cumulative in each chunk), beta:
-        [B, Hk, G, N, C];  A: [B, Hk, G, N, C, C]
+        [B, Hk, G, N, C];  A: [B, Hk, G, N, C, C];  decays: `_decays(gamma)` when the caller has it
     """
-    Gamma, e_gamma, e_tail, decay = _decays(gamma)
+    Gamma, e_gamma, e_tail, decay = _decays(gamma) if decays is None else decays
     if A is None:
         A = unit_lower_inverse((k @ k.transpose(-1, -2)) * Gamma * beta[..., None])
     w = A @ (k * (beta * e_gamma)[..., None])
@@ -153,17 +154,18 @@ def _prepare_bwd(
     A: torch.Tensor,
     grads: tuple[torch.Tensor | None, ...],
     attn: torch.Tensor | None = None,
+    decays: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor | None, ...]:
     """Gradients of (q, k, v, gamma, beta) from those of (Qg, Kt, W, U, P, decay); any of them may be None.
 
     Shapes as `_prepare_fwd`; dq and dk come back summed over the group ([B, Hk, 1, ...]). An input that
     none of the given gradients reads gets None (a state summary reads neither q nor, through P, Qg).
     Products with q or k, which the group shares, are taken once per key head on the group's summed
-    gradient. attn: P, when the caller has it (else recomputed).
+    gradient. attn (P) and decays (`_decays(gamma)`): when the caller has them (else recomputed).
     """
     q, k, v, gamma, beta = saved
     d_qd, d_kt, d_w, d_u, d_attn, d_decay = grads
-    Gamma, e_gamma, e_tail, decay = _decays(gamma)
+    Gamma, e_gamma, e_tail, decay = _decays(gamma) if decays is None else decays
     kT = k.transpose(-1, -2)
     per_head = torch.broadcast_shapes(q.shape[:-1], gamma.shape)
     dq = q.new_zeros(*per_head, q.shape[-1])  # elementwise parts, per value head
@@ -370,11 +372,12 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         for b in range(block_states.shape[3] - 1, -1, -1):
             span = slice(b * BACKWARD_BLOCK, (b + 1) * BACKWARD_BLOCK)
             *inputs, A_block, d_o_block = (t[:, :, :, span] for t in (q, k, v, gamma, beta, A, d_o))
-            inter, _ = _prepare_fwd(*inputs, A=A_block)
+            decays = _decays(inputs[3])
+            inter, _ = _prepare_fwd(*inputs, A=A_block, decays=decays)
             states, v_new, _ = _scan_states(inter[1], inter[2], inter[3], inter[5], block_states[:, :, :, b])
             grads, dh = _scan_bwd(inter, states, d_o_block, dh, v_new)
             for full, part in zip(
-                out, _prepare_bwd(tuple(inputs), A_block, grads, attn=inter[4]), strict=True
+                out, _prepare_bwd(tuple(inputs), A_block, grads, attn=inter[4], decays=decays), strict=True
             ):
                 full[:, :, :, span] = part
         return (*out, dh)
