@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from bench import __version__
 from bench.commands import COMMANDS
@@ -12,8 +13,17 @@ from bench.errors import UserError
 from gdn_cp.distributed import PlatformError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors (an unknown flag, a bad value) are user errors like any other: one red
+    line and exit code 1, not argparse's 2, which `bench run` uses for "some cases failed". --help and
+    --version still exit 0."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{self.prog}: {message}; see `{self.prog} --help`")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="bench",
         description="Benchmark, profile and verify context parallelism of Gated DeltaNet linear attention.",
     )
@@ -22,18 +32,21 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMANDS:
         cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
-        cmd.set_defaults(_main=module.main)
+        cmd.set_defaults(_main=module.main, _parser=cmd)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; a user error (UserError, or a device that cannot be used) is one red line, exit 1."""
+    """Run a command; a user error (UserError, a usage error, or a device that cannot be used) is one red
+    line, exit 1."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "_main", None) is None:
-        parser.print_help()
-        return 0 if args.command is None else 1
     try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the subcommand, whose --help lists its flags
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        if getattr(args, "_main", None) is None:
+            parser.print_help()
+            return 0 if args.command is None else 1
         return int(args._main(args) or 0)
     except (UserError, PlatformError) as exc:
         print_error(str(exc))

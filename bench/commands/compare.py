@@ -12,8 +12,9 @@ Mann-Whitney U test on the per-repeat rank-max samples, a verdict (better / wors
 below --alpha, else ~) and the peak-memory delta. Cases from different machines, devices, torch versions or
 scenario definitions are "not comparable" unless --force.
 
-Exit code: 0; 1 for a user error; 3 with --fail-on-regression when a case is worse, or ok on base but failed
-on head; 130 when interrupted.
+Exit code: 0; 1 for a user error, or with --fail-on-regression when nothing was compared (head has no cases,
+or no case is ok and comparable on both sides); 3 with --fail-on-regression when a case is worse, or ok on
+base but failed on head; 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from bench.results.comparison import (
     compare_runs,
     min_p_value,
 )
+from bench.results.paths import free_path, new_folder
 from bench.results.store import RunResult, load_result, result_filename
 from bench.results.tables import case_line, format_ms
 from bench.suite.filters import CaseFilter, parse_filters
@@ -69,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "A side that is an existing file is a result file; otherwise a git ref, checked out in a temporary "
         "worktree whose own code runs the scenarios (from this working tree, identical for both sides), "
         "alternating base and head case by case; both result files are kept for a later comparison. "
-        f"Exit codes: 0 compared (whatever the verdicts); 1 user error; {EXIT_REGRESSION} with "
-        "--fail-on-regression when a case is worse, or ok on base but failed on head; 130 interrupted."
+        "Exit codes: 0 compared (whatever the verdicts); 1 user error, or --fail-on-regression with nothing "
+        f"compared; {EXIT_REGRESSION} with --fail-on-regression when a case is worse, or ok on base but "
+        "failed on head; 130 interrupted."
     )
     parser.add_argument("base", metavar="BASE", help="result file, or git ref (branch, tag, commit) to run")
     parser.add_argument("head", metavar="HEAD", help="result file, or git ref to run")
@@ -173,7 +176,7 @@ def _run_refs(
     repo = repo_root(Path.cwd())
     assert repo is not None  # resolve_side found the refs in it
     now = datetime.datetime.now()
-    folder = Path(save_dir) if save_dir else suite.results_dir / f"compare-{now:%Y%m%d-%H%M%S}"
+    folder = Path(save_dir) if save_dir else new_folder(suite.results_dir / f"compare-{now:%Y%m%d-%H%M%S}")
     name = "+".join(s.scenario.name for s in selections if s.cases)
     outputs: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp, contextlib.ExitStack() as stack:
@@ -184,7 +187,7 @@ def _run_refs(
                 outputs.append(side.path)
                 continue
             root = stack.enter_context(worktree(repo, side.commit, Path(tmp) / role))
-            output = folder / f"{role}-{result_filename(now, side.spec, side.commit, name)}"
+            output = free_path(folder / f"{role}-{result_filename(now, side.spec, side.commit, name)}")
             outputs.append(output)
             checkouts.append(Checkout(name=role, side=side, root=root, output=output))
         order = " and ".join(f"{c.name} {c.side.label}" for c in checkouts)
@@ -430,4 +433,24 @@ def run(
     else:
         render_table(comparison, labels, console)
     regressed = comparison.count("worse") > 0 or bool(comparison.head_failures)
+    if fail_on_regression and not regressed:
+        _require_compared(comparison, paths[1], filtered=bool(filters))
     return EXIT_REGRESSION if fail_on_regression and regressed else 0
+
+
+def _require_compared(comparison: Comparison, head: Path, *, filtered: bool) -> None:
+    """--fail-on-regression: UserError when no case got a verdict (head has no cases, none is ok on both
+    sides, or none is comparable), so that a gate that checked nothing does not pass."""
+    if any(c.verdict != "not comparable" for c in comparison.cases):
+        return
+    narrowed = " after --filter" if filtered else ""
+    if not comparison.head.cases:
+        why = f"head ({display(head)}) has no cases{narrowed}"
+    elif not comparison.cases:
+        why = f"no case is ok on both sides{narrowed} (see the notes above)"
+    else:
+        why = "no case is comparable (see the notes above; --force compares them anyway)"
+    raise UserError(
+        f"--fail-on-regression: nothing was compared ({why}), so the gate cannot pass; give results that "
+        "share ok cases"
+    )

@@ -2,12 +2,15 @@
 (bench.render.plots).
 
 Several files overlay as series (e.g. two branches). File names are stable (time_vs_seq.png, ...), so a
-README can embed them; a chart the results cannot support is skipped with a one-line note.
+README can embed them; a chart the results cannot support is skipped with a one-line note. Without --out
+the charts go to a new folder, <results_dir>/plots-<date>-<time>/ (-2, -3, ... when taken), never into
+an existing one: the committed charts (plots/) are written only when named, `--out plots`.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,8 +20,9 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
+from bench.results.paths import new_folder
 from bench.results.store import load_result
-from bench.suite.loader import display, load_suite
+from bench.suite.loader import Suite, display, load_suite
 
 NAME = "plot"
 HELP = (
@@ -30,13 +34,28 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULT", help="result files written by `bench run`")
     parser.add_argument(
-        "--out", metavar="DIR", help="folder for the charts (default: the suite's plots_dir, plots/)"
+        "--out",
+        metavar="DIR",
+        help="folder for the charts, written over when they exist (e.g. --out plots for the committed "
+        "charts; default: a new folder results/plots-<date>-<time>/)",
     )
     common_args.add_config(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     return run(args.results, out=args.out, config=args.config)
+
+
+def check_out_folder(out: str, flag: str = "--out") -> None:
+    """UserError when a charts folder given by name is an existing file."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"{flag} {out}: is a file; give a folder for the charts (it is created if missing)")
+
+
+def new_charts_folder(suite: Suite) -> Path:
+    """A new folder <results_dir>/plots-<date>-<time>/ (-2, -3, ... when taken): where charts go unless a
+    folder is named."""
+    return new_folder(suite.results_dir / f"plots-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
 def run(
@@ -51,11 +70,15 @@ def run(
     from bench.render.plots import build_charts, sources_for
 
     console = console or default_console
+    if out is not None:
+        check_out_folder(out)
+    suite = load_suite(config) if out is None else None
     runs = [load_result(p) for p in results]
     if not any(c.status == "ok" for r in runs for c in r.cases):
         raise UserError(f"{', '.join(results)}: no case is ok, nothing to plot; see `bench show` for why")
-    folder = Path(out) if out else load_suite(config).plots_dir
     charts, notes = build_charts(sources_for(runs, [Path(p).stem for p in results]))
+    if charts:  # a new folder only when there is something to put in it
+        folder = Path(out) if suite is None else new_charts_folder(suite)
     for chart in charts:
         paths = chart.save(folder)
         console.print(f"{escape(chart.title)}: {escape(', '.join(display(p) for p in paths))}")

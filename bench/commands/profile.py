@@ -35,6 +35,7 @@ from bench.errors import UserError
 from bench.launch.launcher import TorchrunEnv, prepare_launch, torchrun_env
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
 from bench.results.env import collect_environment
+from bench.results.paths import free_path
 from bench.results.store import result_filename
 from bench.suite.config import Case
 from bench.suite.filters import parse_filters
@@ -60,6 +61,8 @@ MEMORY_KINDS = (
     ("Total", "peak total"),
 )
 """MemTracker's kinds, and how the table names them ("Other": the tensors registered before the pass)."""
+PROFILE_FILES = ("summary.json", "rank*.json")
+"""What a profile writes into its folder; an --output folder that holds any of them is refused."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common_args.add_sets(parser)
     common_args.add_device(parser)
     parser.add_argument(
-        "--output", metavar="DIR", help="folder of the traces (default: results/profiles/<date>-...-<case>/)"
+        "--output",
+        metavar="DIR",
+        help="folder of the traces, new or without a profile in it (default: a new "
+        "results/profiles/<date>-...-<case>/)",
     )
     common_args.add_config(parser)
 
@@ -184,17 +190,46 @@ def memory_table(profiles: Sequence[RankProfile]) -> Table:
 def _run_dir(
     output: str | None, results_dir: Path, platform: Platform, case: Case, job: TorchrunEnv | None
 ) -> Path:
-    """--output, else results/profiles/<date>-<branch>-<commit>-<scenario>-<case>; under torchrun the job's
-    run id replaces the date, so that every rank (each with its own clock) names the same folder."""
+    """--output (a new folder, or one without a profile in it; UserError for a file or a profile's
+    folder), else results/profiles/<date>-<branch>-<commit>-<scenario>-<case> (-2, -3, ... when taken:
+    `run` creates it once the case has passed the checks); under torchrun the job's run id replaces the
+    date, so that every rank (each with its own clock) names the same folder, which is then not numbered."""
     if output:
-        return Path(output)
+        path = Path(output)
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--output {output}: is a file; give a folder for the traces (a new one)")
+        if path.is_dir() and any(next(path.glob(pattern), None) for pattern in PROFILE_FILES):
+            raise UserError(
+                f"--output {output}: already holds a profile (summary.json or rank<r>.json), which this one "
+                "would overwrite; give a new folder"
+            )
+        return path
     env = collect_environment(platform, threads_per_rank=None, world_sizes=[case.cp], launcher="local")
     name = result_filename(datetime.datetime.now(), env.git_branch, env.git_commit, case.key())
     name = name.removesuffix(".json")
     if job is not None:
         stamp = name.split("-", 2)[:2]  # <YYYYmmdd>-<HHMMSS>
         name = name.replace("-".join(stamp), os.environ.get("TORCHELASTIC_RUN_ID", "torchrun"), 1)
-    return results_dir / "profiles" / name
+        return results_dir / "profiles" / name
+    return free_path(results_dir / "profiles" / name)
+
+
+def _create_run_dir(run_dir: Path, *, claim: bool) -> None:
+    """Create the traces' folder before any rank starts; `claim` (a default name): it must still be free."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=not claim)
+    except FileExistsError:
+        if claim and run_dir.is_dir():
+            raise UserError(
+                f"{display(run_dir)}: another profile took this folder meanwhile; run the command again"
+            ) from None
+        raise UserError(
+            f"{display(run_dir)}: cannot create the folder (a file is in the way); give --output DIR"
+        ) from None
+    except OSError as exc:
+        raise UserError(
+            f"{display(run_dir)}: cannot create the folder ({exc.strerror}); give --output DIR"
+        ) from None
 
 
 def run(
@@ -221,6 +256,7 @@ def run(
     run_dir = _run_dir(output, suite.results_dir, platform, the_case, job)
     rank_fn = functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
     launcher = prepare_launch(platform, job, suite, [dataclasses.replace(sel, cases=[the_case])], rank_fn)
+    _create_run_dir(run_dir, claim=not output and job is None)
     console = console_for(job, console)
     console.print(f"profiling {escape(the_case.key())} on {the_case.cp} ranks ({platform.device_type})")
     with launcher.group():

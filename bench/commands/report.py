@@ -2,7 +2,9 @@
 
 Sections (bench.render.report): overview, the reference tables, the summary-checkpoint ablation with deltas,
 scaling efficiency, the charts, cases not measured, the environment. Markdown links its charts as PNG files
-(written by this command into --charts); HTML is one self-contained file with the charts embedded.
+(written by this command into --charts, else <FILE stem>-charts/ beside --out, else a new folder
+<results_dir>/plots-<date>-<time>/: the committed plots/ only when named); HTML is one self-contained file
+with the charts embedded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
+from bench.commands.plot import check_out_folder, new_charts_folder
 from bench.console import err_console
 from bench.errors import UserError
 from bench.results.store import load_result
@@ -44,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--charts",
         metavar="DIR",
         help="markdown only: folder for the chart PNG/SVG files it links (default: <FILE stem>-charts/ "
-        "beside --out; without --out, the suite's plots_dir)",
+        "beside --out; without --out, a new folder results/plots-<date>-<time>/)",
     )
     common_args.add_config(parser)
 
@@ -80,9 +83,16 @@ def run(
     from bench.render.report import build_report, report_runs
 
     console = console or err_console
+    if out is not None and Path(out).is_dir():
+        raise UserError(
+            f"--out {out}: is a folder; give the report's file name, e.g. --out {Path(out) / 'report.md'}"
+        )
     fmt = _format(fmt, out)
     if fmt == "html" and charts is not None:
         raise UserError("--charts is for markdown (HTML embeds its charts); drop it or use --format markdown")
+    if charts is not None:
+        check_out_folder(charts, "--charts")
+    suite = load_suite(config) if fmt == "markdown" and out is None and charts is None else None
     paths = [Path(p) for p in results]
     title, sections = build_report(report_runs([load_result(p) for p in paths], paths))
     out_path = Path(out) if out else None
@@ -95,9 +105,13 @@ def run(
         elif out_path is not None:
             folder = out_path.parent / f"{out_path.stem}-charts"
         else:
-            folder = load_suite(config).plots_dir
+            assert suite is not None
+            folder = new_charts_folder(suite)
         text = render_markdown(title, sections, MarkdownCharts(folder=folder, relative_to=base))
-        console.print(f"charts: {escape(display(folder))}", style="dim")
+        if suite is not None and not any(folder.iterdir()):
+            folder.rmdir()  # the new folder, unused: no chart could be drawn
+        else:
+            console.print(f"charts: {escape(display(folder))}", style="dim")
     if out_path is None:
         (stdout or sys.stdout).write(text)
     else:

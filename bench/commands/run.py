@@ -9,19 +9,22 @@ when some failed, 1 for a user error (bad scenario, flag or file), 130 when inte
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args, show
-from bench.commands.session import console_for, new_result_writer
+from bench.commands.session import console_for, new_result_writer, run_environment
+from bench.commands.verify import is_verification_run
 from bench.console import case_progress
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.launcher import (
     LocalLauncher,
     RankFn,
+    TorchrunEnv,
     TorchrunLauncher,
     leads,
     prepare_launch,
@@ -30,6 +33,7 @@ from bench.launch.launcher import (
 )
 from bench.launch.sweep import run_cases
 from bench.measure.rank import measure_on_rank
+from bench.results.env import Environment
 from bench.results.store import CaseResult, ResultWriter
 from bench.results.tables import case_line
 from bench.suite.config import Case
@@ -48,10 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         metavar="FILE",
-        help="result file (default: results/<date>-<branch>-<commit>-<scenarios>.json)",
+        help="result file, which must not exist (default: results/<date>-<branch>-<commit>-<scenarios>.json, "
+        "-2, -3, ... added when taken)",
     )
     parser.add_argument(
-        "--resume", metavar="FILE", help="continue the run in FILE: skip its ok cases, append the rest to it"
+        "--resume",
+        metavar="FILE",
+        help="continue the run in FILE: skip its ok cases, append the rest to it (same scenarios and --set, "
+        "same commit, dirty state, threads and machine)",
     )
     common_args.add_config(parser)
 
@@ -68,15 +76,46 @@ def main(args: argparse.Namespace) -> int:
     )
 
 
-def _open_resumed(path: str, selections: Sequence[Selection], device_type: str) -> ResultWriter:
+RESUME_KEYS = (
+    *("git_commit", "git_branch", "git_dirty", "threads_per_rank", "launcher", "device_type", "backend"),
+    *("torch_version", "torch_npu_version", "python_version"),
+)
+"""Environment fields a resumed run must share with its file, whose header names them for every case."""
+RESUME_HOST_KEYS = ("hostname", "cpu_model", "cpu_count", "device_name")
+"""... and, for local runs (one host; under torchrun each rank's host differs), the machine's."""
+
+
+def _shown(key: str, value: object) -> str:
+    """An environment value in a message (commits shortened)."""
+    return repr(value[:8]) if key == "git_commit" and isinstance(value, str) else repr(value)
+
+
+def _open_resumed(
+    path: str, selections: Sequence[Selection], env: Environment, job: TorchrunEnv | None
+) -> ResultWriter:
+    """The file to continue, once it is a `bench run` file of this code, machine and scenarios."""
     writer = ResultWriter.resume(path)
     stored = writer.run
     fresh = "or start a new run without --resume"
-    if stored.environment.device_type != device_type:
+    if is_verification_run(stored):
         raise UserError(
-            f"{path}: was run on {stored.environment.device_type}, this run is on {device_type}; "
-            f"resume on the same device (--device), {fresh}"
+            f"{path}: holds `bench verify` records, not `bench run` timings; resume a file that `bench run` "
+            "wrote, or start a new run without --resume"
         )
+    keys = RESUME_KEYS + (RESUME_HOST_KEYS if job is None else ())
+    before, now = stored.environment, env
+    changed = [
+        f"{k} {_shown(k, getattr(before, k))} -> {_shown(k, getattr(now, k))}"
+        for k in keys
+        if getattr(before, k) != getattr(now, k)
+    ]
+    if changed:
+        device = " (--device)" if before.device_type != now.device_type else ""
+        raise UserError(
+            f"{path}: was run with another environment than this run's ({', '.join(changed)}), which its "
+            f"header records for every case; resume it where it ran{device}, {fresh}"
+        )
+    stored.environment.world_sizes = sorted(set(before.world_sizes) | set(now.world_sizes))
     for sel in selections:
         definition = sel.scenario.to_dict()
         before = stored.scenarios.get(sel.scenario.name)
@@ -134,14 +173,17 @@ def run(
     leader = leads(job)
     console = console_for(job, console)
     if resume:
-        opened = _open_resumed(resume, selections, platform.device_type)  # every rank reads it: same skips
+        env = run_environment(suite, selections, platform, job)
+        opened = _open_resumed(resume, selections, env, job)  # every rank reads it: same skips
         done = opened.run.ok_keys()
         writer = opened if leader else None
         console.print(f"resuming {escape(resume)}: {len(done)} cases done")
     else:
         done = set()
         writer = (
-            new_result_writer(output, "+".join(names), suite, selections, platform, job) if leader else None
+            new_result_writer(output, "+".join(names), suite, selections, platform, job, resumable=True)
+            if leader
+            else None
         )
     todo = [c for c in cases if c.key() not in done]
     if leader:
@@ -150,9 +192,10 @@ def run(
         results = _run_with_progress(todo, launcher, writer, console)
     except KeyboardInterrupt:
         if writer is not None:
+            again = resume_command(scenarios, sets, filters, device, config, display(writer.path))
             console.print(
                 f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
-                f"continue with `bench run {' '.join(names)} --resume {escape(display(writer.path))}`"
+                f"continue with `{escape(again)}`"
             )
         return 130
     if writer is not None:
@@ -160,6 +203,27 @@ def run(
         show.render(writer.run, console)
         console.print(f"results: {escape(display(writer.path))}")
     return 2 if any(r.status == "failed" for r in results) else 0
+
+
+def resume_command(
+    scenarios: Sequence[str],
+    sets: Sequence[str],
+    filters: Sequence[str],
+    device: str | None,
+    config: str | None,
+    path: str,
+) -> str:
+    """The `bench run` command line that continues this run in `path`: the same scenario words, --set,
+    --filter, --device and --config (a resume checks that the scenarios are the same), quoted for a shell."""
+    argv = ["bench", "run", *scenarios]
+    for flag, values in (("--set", sets), ("--filter", filters)):
+        for value in values:
+            argv += [flag, value]
+    if device is not None:
+        argv += ["--device", device]
+    if config is not None:
+        argv += ["--config", config]
+    return shlex.join([*argv, "--resume", path])
 
 
 def _run_with_progress(

@@ -9,12 +9,46 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bench.errors import UserError
 from bench.launch.launcher import TorchrunEnv, leads
-from bench.results.env import collect_environment
+from bench.results.env import Environment, collect_environment
 from bench.results.store import ResultWriter, RunResult, result_filename
-from bench.suite.loader import Suite
+from bench.suite.loader import Suite, display
 from bench.suite.selection import Selection
 from gdn_cp.distributed import Platform
+
+
+def run_environment(
+    suite: Suite, selections: Sequence[Selection], platform: Platform, job: TorchrunEnv | None
+) -> Environment:
+    """This machine's environment for a run of the selections' cases (what its result file records)."""
+    return collect_environment(
+        platform,
+        threads_per_rank=suite.config.threads_per_rank,
+        world_sizes=[c.cp for s in selections for c in s.cases],
+        launcher="local" if job is None else "torchrun",
+    )
+
+
+def _check_new_output(output: str, resumable: bool) -> None:
+    """UserError when --output names a folder or an existing file (result files are never overwritten).
+    Only the process that writes checks: under torchrun the other ranks would race with its new file (and
+    torchrun stops them when it exits)."""
+    path = Path(output)
+    if path.is_dir():
+        example = path / "result.json"
+        raise UserError(f"--output {output}: is a folder; give a file name, e.g. --output {example}")
+    if path.exists():
+        raise _exists_error(output, resumable)
+
+
+def _exists_error(output: str, resumable: bool) -> UserError:
+    """--output names an existing file."""
+    resume = f"continue that run with --resume {output}, or " if resumable else ""
+    return UserError(
+        f"--output {output}: the file exists, and result files are never overwritten; {resume}give another "
+        "name"
+    )
 
 
 def new_result_writer(
@@ -24,28 +58,39 @@ def new_result_writer(
     selections: Sequence[Selection],
     platform: Platform,
     job: TorchrunEnv | None,
+    *,
+    resumable: bool = False,
 ) -> ResultWriter:
     """A new result file for the selections' cases, with this machine's environment: `output`, else
-    <results_dir>/<date>-<branch>-<commit>-<name>.json."""
-    env = collect_environment(
-        platform,
-        threads_per_rank=suite.config.threads_per_rank,
-        world_sizes=[c.cp for s in selections for c in s.cases],
-        launcher="local" if job is None else "torchrun",
-    )
+    <results_dir>/<date>-<branch>-<commit>-<name>.json (-2, -3, ... when taken). An existing `output`, or
+    a path that cannot be written, is a UserError (`resumable`: the command has --resume to suggest)."""
+    env = run_environment(suite, selections, platform, job)
     if output:
+        _check_new_output(output, resumable)
         path = Path(output)
+        where, fix = f"--output {output}", "give another --output"
     else:
         path = suite.results_dir / result_filename(
             datetime.datetime.now(), env.git_branch, env.git_commit, name
         )
+        where, fix = display(path), "set results_dir in bench.yaml, or give --output FILE"
     run = RunResult(
         name=name,
         environment=env,
         suite=suite.config.to_dict(),
         scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
     )
-    return ResultWriter(path, run)
+    try:
+        return ResultWriter(path, run, numbered=not output)
+    except OSError as exc:
+        if output and isinstance(exc, FileExistsError) and path.exists():  # created since the check
+            raise _exists_error(output, resumable) from None
+        reason = (
+            "a folder above it is a file"
+            if isinstance(exc, FileExistsError | NotADirectoryError)
+            else exc.strerror
+        )
+        raise UserError(f"{where}: cannot write a result file there ({reason}); {fix}") from None
 
 
 def console_for(job: TorchrunEnv | None, console: Console) -> Console:

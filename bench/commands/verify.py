@@ -42,7 +42,7 @@ from bench.launch.launcher import (
     torchrun_env,
     warn_oversubscription,
 )
-from bench.results.store import ResultWriter
+from bench.results.store import ResultWriter, RunResult
 from bench.suite.config import Case, Scenario, TrainSettings
 from bench.suite.filters import parse_filters
 from bench.suite.loader import ConfigError, display, load_suite, parse_overrides
@@ -94,7 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the scenario's train.steps)",
     )
     parser.add_argument(
-        "--output", metavar="FILE", help="result file (default: results/<date>-<branch>-<commit>-verify-...)"
+        "--output",
+        metavar="FILE",
+        help="result file, which must not exist (default: results/<date>-<branch>-<commit>-verify-....json, "
+        "-2, -3, ... added when taken)",
     )
     common_args.add_config(parser)
 
@@ -110,6 +113,18 @@ def main(args: argparse.Namespace) -> int:
         output=args.output,
         config=args.config,
     )
+
+
+def run_name(scenarios: Sequence[str], *, train: bool) -> str:
+    """The name of a verify run (RunResult.name, and the end of its default file name)."""
+    return ("verify-train-" if train else "verify-") + "+".join(scenarios)
+
+
+def is_verification_run(run: RunResult) -> bool:
+    """Whether a result file was written by `bench verify` (records, or its name when none finished)."""
+    return bool(run.verifications) or run.name in {
+        run_name(list(run.scenarios), train=train) for train in (False, True)
+    }
 
 
 def verification_cases(cases: Sequence[Case]) -> list[Case]:
@@ -284,7 +299,7 @@ def run(
     launcher = prepare_launch(platform, job, suite, selections, rank_fn)
     leader = leads(job)
     console = console_for(job, console)
-    name = ("verify-train-" if train is not None else "verify-") + "+".join(names)
+    name = run_name(names, train=train is not None)
     writer = new_result_writer(output, name, suite, selections, platform, job) if leader else None
     todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
     if leader:

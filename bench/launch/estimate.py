@@ -4,13 +4,18 @@ Only used to refuse, before any rank starts, a case that cannot fit; the measure
 bench.measure.memory's.
 
 Formula (bytes per rank). tokens = batch * seq_len / cp (ulysses holds all tokens of Hv/cp heads instead:
-the same amount), e = bytes per element of the dtype, a = of the accumulation dtype (4; 8 for fp64),
-P = parameter count, conv_dim = 2*Hk*K + Hv*V, value_dim = Hv*V:
+the same amount), padded = batch * (seq_len / cp rounded up to a multiple of C): the chunked op pads the
+shard to whole chunks, so each of its N chunks holds C tokens and C x C matrices (ulysses pads the whole
+sequence instead, which this overestimates only when C exceeds the shard), e = bytes per element of the
+dtype, a = of the accumulation dtype (4; 8 for fp64), P = parameter count, conv_dim = 2*Hk*K + Hv*V,
+value_dim = Hv*V:
 
     peak = e*P                                              parameters
          + 2 * e * tokens * hidden                          input shard and output gradient
-         + tokens * 2.5 * (a*Hv*(3K + V + C)                 chunk intermediates q, k_tail, w, u, attn
-                 + e*(2*conv_dim + 3*value_dim + hidden))   projections, conv out, z, o, norm, output
+         + padded * 2.5 * a*Hv*(3K + V + C)                 chunk intermediates q, k_tail, w, u ([C, K] or
+                                                            [C, V] per chunk) and the [C, C] UT transform
+                                                            and masked Q K^T: N*C*C per head
+         + tokens * 2.5 * e*(2*conv_dim + 3*value_dim + hidden)   projections, conv out, z, o, norm, output
          + [checkpoint off, a mode with a summary] tokens * 3 * a * Hv*K*(K + V) / C   per-chunk summary graph
          + held * batch * a * Hv*K*(K + V)                 the summaries of other ranks the mode holds
                                                            (CPMode.held_summaries: all_gather cp, others 0)
@@ -50,6 +55,12 @@ def parameter_count(case: Case) -> int:
     )
 
 
+def padded_tokens(case: Case) -> int:
+    """Tokens per rank the chunked op works on: each sequence's shard rounded up to whole chunks."""
+    C = case.chunk_size
+    return case.batch * -(-case.local_seq_len // C) * C
+
+
 def estimate_peak_bytes(case: Case) -> int:
     """Rough peak allocated bytes per rank of one pass of `case` (formula in the module docstring)."""
     c = case.layer_config()
@@ -62,8 +73,8 @@ def estimate_peak_bytes(case: Case) -> int:
     summary = Hv * K * (K + V)  # elements of one packed [S | M]
 
     peak = e * params + 2 * e * tokens * c.hidden_size
-    per_token = a * Hv * (3 * K + V + C) + e * (2 * c.conv_dim + 3 * c.value_dim + c.hidden_size)
-    peak += tokens * ACTIVATION_FACTOR * per_token
+    peak += padded_tokens(case) * ACTIVATION_FACTOR * a * Hv * (3 * K + V + C)
+    peak += tokens * ACTIVATION_FACTOR * e * (2 * c.conv_dim + 3 * c.value_dim + c.hidden_size)
     mode = mode_class(case.mode)
     if mode.has_summary and not case.checkpoint:
         peak += tokens * SUMMARY_GRAPH_FACTOR * a * summary / C

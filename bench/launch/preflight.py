@@ -1,7 +1,8 @@
 """The checks of a command's cases against this host, before any rank starts: shapes the mode cannot split
 (gdn_cp.distributed.check_cp_shapes), more local ranks than the host can run, and a rough memory estimate
-above what is available (bench.launch.estimate). Each error names the scenario file, line and fix, through
-the Locator the scenario was read with (the file is not read again)."""
+above what is available (bench.launch.estimate; when chunk_size exceeds the shard, it is named as the
+cause: the chunked op pads the shard to whole chunks, each with C x C matrices). Each error names the
+scenario file, line and fix, through the Locator the scenario was read with (the file is not read again)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,21 @@ def check_cases(
             ranks = ranks_on_host(case) if shared else 1
             if per_rank * ranks > available:
                 host = f" x {ranks} ranks on this host = {human_bytes(per_rank * ranks)}" if ranks > 1 else ""
+                needs = (
+                    f"case {case.case_id} needs about {human_bytes(per_rank)} per rank by a rough estimate "
+                    f"(bench/launch/estimate.py){host}, but {human_bytes(available)} is available"
+                )
+                if case.chunk_size > case.local_seq_len:
+                    raise locate.error(
+                        ("chunk_size",),
+                        "chunk_size",
+                        f"{needs}: chunk_size {case.chunk_size} pads each rank's {case.local_seq_len} "
+                        f"tokens to a whole chunk, with {case.chunk_size} x {case.chunk_size} matrices per "
+                        f"head; use a chunk_size of at most {case.local_seq_len}",
+                    )
                 raise locate.error(
                     (length_key,),
                     length_key,
-                    f"case {case.case_id} needs about {human_bytes(per_rank)} per rank by a rough estimate "
-                    f"(bench/launch/estimate.py){host}, but {human_bytes(available)} is available; use a "
-                    f"shorter {length_key}, a smaller batch or a larger cp, or leave the case out with "
-                    "--filter",
+                    f"{needs}; use a shorter {length_key}, a smaller batch or a larger cp, or leave the case "
+                    "out with --filter",
                 )

@@ -1,7 +1,7 @@
 """Result files: one JSON file per run, written after every case, read back into typed records.
 
     run = RunResult(name=..., environment=..., suite=..., scenarios=..., cases=[])
-    writer = ResultWriter(path, run)        # writes the file (no cases yet)
+    writer = ResultWriter(path, run)        # creates the file (no cases yet); never over an existing one
     writer.add(CaseResult(...))             # replaces any earlier result of the same case; rewrites the file
     run = load_result(path)                 # refuses files of another schema_version
 
@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.errors import UserError
+from bench.errors import FieldError, UserError
 from bench.measure.timing import TimingSummary
 from bench.results.env import Environment, now_iso
+from bench.results.paths import numbered_paths
 from bench.results.verifications import Verification, verification_from_dict
-from bench.suite.config import Case
+from bench.suite.config import Case, check_fields
 
 SCHEMA_VERSION = 1
 """Bump when the layout changes; load_result refuses other versions."""
@@ -170,13 +171,27 @@ class RunResult:
 
 
 def load_result(path: str | Path) -> RunResult:
-    """Read a result file; UserError (with what to do) if it is missing, corrupt or of another schema."""
+    """Read a result file; UserError (with what to do) if it is missing, unreadable (a folder, not text, no
+    permission), corrupt, of another schema, or holds a value of the wrong type."""
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a device or pipe: reading may never end
+        raise UserError(f"{path}: not a regular file; give a result file that `bench run` wrote")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(
             f"{path}: no such result file; give a file that `bench run` wrote (see results/)"
+        ) from None
+    except IsADirectoryError:
+        raise UserError(
+            f"{path}: is a folder, not a result file; give one of the .json files `bench run` wrote"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path}: not a text file (byte {exc.start} is not UTF-8); give a result file that `bench run` "
+            "wrote"
         ) from None
     except json.JSONDecodeError as exc:
         raise UserError(
@@ -190,12 +205,34 @@ def load_result(path: str | Path) -> RunResult:
             "wrote it"
         )
     try:
-        return RunResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
+        run = RunResult.from_dict(data)
+        _check_types(run)
+    except FieldError as exc:
+        raise UserError(
+            f"{path}: {exc.key}: {exc.message.split('; ')[0]}; give a file that `bench run` wrote (or "
+            "correct that value)"
+        ) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UserError(
             f"{path}: not a bench result file of schema {SCHEMA_VERSION} ({type(exc).__name__}: {exc}); "
             "give a file that `bench run` wrote"
         ) from None
+    return run
+
+
+def _check_types(run: RunResult) -> None:
+    """FieldError("cases[i].timing.median_s", ...) for a value that its field's annotation does not allow
+    (e.g. `median_s: "fast"`), so that a bad file is refused on reading instead of failing in a table."""
+    parts: list[tuple[str, Any]] = [("environment", run.environment)]
+    for i, c in enumerate(run.cases):
+        parts += [(f"cases[{i}]", c), (f"cases[{i}].timing", c.timing), (f"cases[{i}].memory", c.memory)]
+    for where, record in parts:
+        if record is None:
+            continue
+        try:
+            check_fields(record)
+        except FieldError as exc:
+            raise FieldError(f"{where}.{exc.key}", exc.message) from None
 
 
 def _umask() -> int:
@@ -204,8 +241,10 @@ def _umask() -> int:
     return mask
 
 
-def save_result(run: RunResult, path: str | Path) -> None:
-    """Write atomically: a temporary file in the same folder, then os.replace over `path`."""
+def save_result(run: RunResult, path: str | Path, *, new: bool = False) -> None:
+    """Write atomically: a temporary file in the same folder, then os.replace over `path`. `new`: `path`
+    must not exist (FileExistsError): the temporary file is hard-linked to it instead, which fails on a
+    taken name, so that two runs can never write one file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -216,19 +255,47 @@ def save_result(run: RunResult, path: str | Path) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if new:
+            _link_new(tmp, path)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _link_new(tmp: str, path: Path) -> None:
+    """Give the complete file `tmp` the name `path`, FileExistsError when the name is taken. A hard link is
+    atomic; where the file system has none, the name is claimed with O_EXCL and then replaced."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (some network and FUSE file systems)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
 class ResultWriter:
     """Keeps a run's file up to date: every `add` rewrites it atomically."""
 
-    def __init__(self, path: str | Path, run: RunResult) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path, run: RunResult, *, numbered: bool = False) -> None:
+        """Create the run's file, never over an existing one: FileExistsError, or with `numbered` the first
+        free name of `path`, <stem>-2, <stem>-3, ... (default names have one-second resolution). OSError when
+        it cannot be written there."""
         self.run = run
-        save_result(run, self.path)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # FileExistsError here: a parent is a file
+        for candidate in numbered_paths(Path(path)):
+            try:
+                save_result(run, candidate, new=True)
+            except FileExistsError:
+                if numbered:
+                    continue
+                raise
+            self.path = candidate
+            return
 
     @classmethod
     def resume(cls, path: str | Path) -> ResultWriter:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -134,6 +135,10 @@ def _check_value(key: str, hint: Any, value: Any, expected: str | None = None) -
             key,
             f"expected {expected or _describe(hint)}, got {value!r} ({type(value).__name__}); fix the value",
         )
+    if hint is float and not math.isfinite(value):
+        raise FieldError(
+            key, f"expected a finite number, got {value!r}; write a plain number (not .nan or .inf)"
+        )
     return float(value) if hint is float else value
 
 
@@ -174,7 +179,9 @@ class SuiteConfig:
     results_dir: str = "results"
     """Where `bench run` writes result files (relative to bench.yaml)."""
     plots_dir: str = "plots"
-    """Where `bench plot` writes charts (relative to bench.yaml)."""
+    """The committed charts (relative to bench.yaml), which the README embeds. No command writes there unless
+    it is named (`bench plot RESULT --out plots`); by default `bench plot` and `bench report` write new
+    folders under results_dir."""
     scenarios_dir: str = "scenarios"
     """Where scenario names are looked up (relative to bench.yaml)."""
     default_scenario: str = "cpu-smoke"

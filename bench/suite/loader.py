@@ -92,6 +92,25 @@ def parse_overrides(items: Iterable[str], device: str | None = None) -> list[Ove
 # YAML with line numbers
 
 
+def _refuse_duplicate_keys(node: yaml.Node | None, where: str) -> None:
+    """ConfigError naming both lines when a mapping, at any depth, gives a key twice (YAML would keep the
+    last one silently)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            key = str(key_node.value)
+            if key in seen:
+                raise ConfigError(
+                    f"{where}:{line}: {key}: given twice (lines {seen[key]} and {line}); keep one of them"
+                )
+            seen[key] = line
+            _refuse_duplicate_keys(value_node, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, where)
+
+
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
     """The mapping in `path`, and the 1-based line of each key.
 
@@ -100,11 +119,19 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
     """
     where = display(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror}); check the path") from None
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{where}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+    try:
         node = yaml.compose(text)
+        _refuse_duplicate_keys(node, where)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

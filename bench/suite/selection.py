@@ -9,7 +9,15 @@ from pathlib import Path
 from bench.errors import UserError
 from bench.suite.config import Case, Scenario
 from bench.suite.filters import CaseFilter
-from bench.suite.loader import ConfigError, Locator, Override, Suite, find_scenario, read_scenario
+from bench.suite.loader import (
+    ConfigError,
+    Locator,
+    Override,
+    Suite,
+    display,
+    find_scenario,
+    read_scenario,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +39,10 @@ def select(
 ) -> list[Selection]:
     """Load each named scenario (the suite's default when none) with overrides, expand and filter it."""
     out = []
+    given: dict[str, tuple[str, Path]] = {}
     for name in names or [suite.config.default_scenario]:
         path = find_scenario(suite, name)
+        _refuse_same_name(given, name, path)
         scenario, locate = read_scenario(path, overrides)
         cases = scenario.cases(warmup=suite.config.warmup, repeat=suite.config.repeat)
         out.append(
@@ -41,6 +51,21 @@ def select(
             )
         )
     return out
+
+
+def _refuse_same_name(given: dict[str, tuple[str, Path]], word: str, path: Path) -> None:
+    """ConfigError when a scenario of the same name (its file's stem) was given before: its cases and its
+    definition in the result file would replace the other's. `given`: name -> (word, path), updated."""
+    before = given.get(path.stem)
+    if before is None:
+        given[path.stem] = (word, path)
+        return
+    if before[1].resolve() == path.resolve():
+        raise ConfigError(f"scenario '{path.stem}': given twice (as {before[0]} and {word}); name it once")
+    raise ConfigError(
+        f"{display(before[1])} and {display(path)}: both are scenario '{path.stem}' (a scenario is named by "
+        "its file), so one would replace the other's results; rename one of the files, or run them separately"
+    )
 
 
 def run_device(suite_device: str, selections: Sequence[Selection]) -> str:

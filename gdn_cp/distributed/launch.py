@@ -1,14 +1,20 @@
 """Start local ranks from inside a program (a CLI, a test) with torch.distributed's elastic launcher.
 
-Each rank runs `fn(*args)` inside an initialised process group on 127.0.0.1 (the launcher picks a free
-port), with an explicit thread count and a collective timeout, so that a bug fails fast instead of hanging.
-Under torchrun, call `fn` directly instead: the process group comes from the environment.
+Each rank runs `fn(*args)` inside an initialised process group on 127.0.0.1, with an explicit thread count
+and a collective timeout, so that a bug fails fast instead of hanging. Under torchrun, call `fn` directly
+instead: the process group comes from the environment.
+
+Nothing listens beyond this host: the launcher's rendezvous is LoopbackRendezvous, whose store (the one the
+ranks bootstrap from) is bound to 127.0.0.1 on a free port. torch's own c10d and static rendezvous host
+their TCPStores on every interface whatever host the endpoint names (`is_host` and `local_addr` only
+choose who hosts it and what address the ranks are told), so they are not used.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -17,6 +23,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStoreInfo,
+    rendezvous_handler_registry,
+)
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from gdn_cp.distributed.platform import resolve_platform
@@ -29,6 +42,74 @@ class RankFailure(RuntimeError):
         super().__init__(f"rank {rank} failed: {message}")
         self.rank = rank
         self.message = message
+
+
+LOOPBACK = "127.0.0.1"
+RENDEZVOUS_BACKEND = "gdn-cp-loopback"
+"""The name LoopbackRendezvous is registered under (torch's rendezvous handler registry)."""
+
+
+class LoopbackRendezvous(RendezvousHandler):
+    """The rendezvous of a one-host launch: this process is the only node, and it hosts the store its ranks
+    bootstrap from (MASTER_ADDR/MASTER_PORT) on a socket bound to 127.0.0.1, handed to the TCPStore
+    (`master_listen_fd`), so that it accepts no connection from another machine."""
+
+    def __init__(self, run_id: str, timeout: datetime.timedelta) -> None:
+        self._run_id = run_id
+        self._timeout = timeout
+        self._store: dist.TCPStore | None = None
+        self._closed = False
+
+    def get_backend(self) -> str:
+        return RENDEZVOUS_BACKEND
+
+    @property
+    def use_agent_store(self) -> bool:
+        """The ranks use this store (TORCHELASTIC_USE_AGENT_STORE): no rank hosts one of its own."""
+        return True
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        if self._store is None:
+            sock = socket.create_server((LOOPBACK, 0))  # bound and listening, on a free port
+            try:
+                self._store = dist.TCPStore(
+                    LOOPBACK,
+                    sock.getsockname()[1],
+                    is_master=True,
+                    multi_tenant=True,
+                    timeout=self._timeout,
+                    master_listen_fd=sock.fileno(),
+                )
+            except BaseException:
+                sock.close()
+                raise
+            sock.detach()  # the store owns the descriptor now, and closes it
+        store_info = RendezvousStoreInfo(master_addr=LOOPBACK, master_port=self._store.port)
+        return RendezvousInfo(dist.PrefixStore(self._run_id, self._store), 0, 1, store_info)
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def set_closed(self) -> None:
+        self._closed = True
+
+    def num_nodes_waiting(self) -> int:
+        return 0  # one node, never more
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    def shutdown(self) -> bool:
+        self._store = None  # the last reference: the server stops listening
+        return True
+
+
+def _loopback_rendezvous(params: RendezvousParameters) -> LoopbackRendezvous:
+    seconds = params.get_as_int("timeout", 900)
+    return LoopbackRendezvous(params.run_id, datetime.timedelta(seconds=seconds or 900))
+
+
+rendezvous_handler_registry.register(RENDEZVOUS_BACKEND, _loopback_rendezvous)
 
 
 def local_rank() -> int:
@@ -124,8 +205,8 @@ def run_on_ranks(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=world_size,
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",  # port 0: the launcher binds a free port, as torchrun --standalone
+        rdzv_backend=RENDEZVOUS_BACKEND,  # its store on 127.0.0.1, a free port
+        local_addr=LOOPBACK,
         run_id=uuid.uuid4().hex,
         max_restarts=0,
         monitor_interval=0.05,

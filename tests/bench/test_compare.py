@@ -246,6 +246,23 @@ def test_fail_on_regression_exit_codes(files):
     assert main([*args, str(files["slower"]), "--fail-on-regression", "--filter", "mode=ulysses"]) == 0
 
 
+def test_fail_on_regression_fails_when_nothing_was_compared(files, tmp_path, capsys):
+    save_result(run_of(), tmp_path / "empty.json")  # e.g. a head run that was interrupted at once
+    other = run_of(ok(case("ulysses"), 100), ok(case("p2p"), 100), env=environment(hostname="ci-3"))
+    save_result(other, tmp_path / "other-host.json")
+    base = ["compare", str(files["base"])]
+    for head, why in [
+        ("empty.json", f"head ({tmp_path / 'empty.json'}) has no cases"),
+        ("other-host.json", "no case is comparable (see the notes above; --force compares them anyway)"),
+    ]:
+        assert main([*base, str(tmp_path / head)]) == 0  # without the flag: only reported
+        assert main([*base, str(tmp_path / head), "--fail-on-regression"]) == 1
+        err = capsys.readouterr().err
+        assert f"error: --fail-on-regression: nothing was compared ({why}), so the gate cannot pass" in err
+    assert main([*base, str(files["faster"]), "--fail-on-regression", "--filter", "cp=4"]) == 1
+    assert "has no cases after --filter), so the gate cannot pass" in capsys.readouterr().err
+
+
 def test_user_errors_are_one_line_exit_1(files, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not a git checkout
     assert main(["compare", str(files["base"]), "no-such-ref"]) == 1

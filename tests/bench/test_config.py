@@ -133,6 +133,8 @@ def test_layer_config_builds_the_layer():
         ({"timeout_s": 0}, "timeout_s", "must be > 0"),
         ({"device": "gpu"}, "device", "unknown device 'gpu'; use one of auto, cpu, cuda, npu"),
         ({"threads_per_rank": "2"}, "threads_per_rank", "expected an integer or null"),
+        ({"timeout_s": float("nan")}, "timeout_s", "expected a finite number, got nan"),
+        ({"timeout_s": float("inf")}, "timeout_s", "expected a finite number, got inf"),
     ],
 )
 def test_suite_config_checks(kwargs, key, fragment):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.launch.estimate import (
+    ACTIVATION_FACTOR,
     available_bytes,
     estimate_peak_bytes,
     host_available_bytes,
@@ -69,3 +70,18 @@ def test_host_available_bytes(tmp_path: Path):
 
 def test_human_bytes():
     assert human_bytes(12 * 2**20) == "12.0 MiB" and human_bytes(1.5 * 2**30) == "1.5 GiB"
+
+
+def test_estimate_counts_padding_to_whole_chunks_and_their_c_by_c_matrices():
+    # 4096 tokens per rank in chunks of 64: no padding; one chunk of 10^6 pads the shard 244-fold, and each
+    # of its 4 value heads holds 10^6 x 10^6 matrices (terabytes: the run would try to allocate them)
+    fitted = estimate_peak_bytes(case())
+    assert estimate_peak_bytes(case(chunk_size=1_000_000)) > 4 * 10**12 * 4 > 1000 * fitted
+
+    # one token more than 64 whole chunks pads to a 65th: 64 tokens of chunk intermediates (fp32, Hv = 4,
+    # K = V = 32, C = 64: 3K + V + C elements per head and token), times the fitted factor
+    def local(n: int) -> int:
+        return estimate_peak_bytes(case(seq_len=[2 * n]))
+
+    assert local(4097) - local(4096) >= 64 * ACTIVATION_FACTOR * 4 * 4 * (3 * 32 + 32 + 64)
+    assert local(4096) - local(4095) < (local(4097) - local(4096)) / 10  # no new chunk: one token more

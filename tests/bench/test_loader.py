@@ -101,7 +101,8 @@ def test_name_key_is_refused(write_scenario):
     ],
 )
 def test_wrong_values_name_file_line_key_and_fix(write_scenario, line, expected):
-    msg = error_of(load, write_scenario, BASE + line + "\n")
+    base = BASE.replace("cp: [1, 2]", "# cp: below") if line.startswith("cp:") else BASE  # a key once
+    msg = error_of(load, write_scenario, base + line + "\n")
     assert msg.startswith("scenarios/s.yaml:8: ") and expected in msg, msg
 
 
@@ -280,3 +281,55 @@ def test_shipped_scenarios_are_valid():
             locate, scenario, cases, platform=None, ranks_on_host=lambda c: c.cp, max_local_ranks=None
         )
         assert cases, name
+
+
+# bad input the loader meets before YAML
+
+
+def test_a_file_that_is_not_utf8_names_its_line(suite_dir: Path, write_scenario):
+    path = write_scenario("s", BASE)
+    path.write_bytes(BASE.encode() + b"description: caf\xe9\n")  # Latin-1
+    msg = error_of(load_scenario, path)
+    assert msg == "scenarios/s.yaml:8: not UTF-8 text (byte 0xe9); save the file as UTF-8"
+    (suite_dir / "bench.yaml").write_bytes(b"\xff\xfew\x00a\x00")  # UTF-16
+    assert error_of(load_suite) == "bench.yaml:1: not UTF-8 text (byte 0xff); save the file as UTF-8"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BASE + "cp: [4]\n", "scenarios/s.yaml:8: cp: given twice (lines 6 and 8); keep one of them"),
+        (
+            BASE + "sweeps:\n  - {seq_len: [64], seq_len: [32]}\n",
+            "scenarios/s.yaml:9: seq_len: given twice (lines 9 and 9); keep one of them",
+        ),
+        (
+            BASE + "train:\n  lr: 1.0e-4\n  steps: 3\n  lr: 1.0e-3\n",
+            "scenarios/s.yaml:11: lr: given twice (lines 9 and 11); keep one of them",
+        ),
+    ],
+)
+def test_a_key_given_twice_names_both_lines(write_scenario, text, expected):
+    assert error_of(load, write_scenario, text) == expected
+
+
+def test_suite_key_given_twice(suite_dir: Path):
+    (suite_dir / "bench.yaml").write_text("repeat: 3\nwarmup: 1\nrepeat: 5\n")
+    assert error_of(load_suite) == "bench.yaml:3: repeat: given twice (lines 1 and 3); keep one of them"
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_timeout_must_be_finite(suite_dir: Path, value):
+    (suite_dir / "bench.yaml").write_text(f"timeout_s: {value}\n")
+    assert error_of(load_suite).startswith("bench.yaml:1: timeout_s: expected a finite number, got ")
+
+
+def test_an_absurd_chunk_size_is_refused_by_the_memory_estimate(write_scenario, monkeypatch):
+    monkeypatch.setattr(estimate, "host_available_bytes", lambda: 64 * 2**30)  # a host with 64 GiB free
+    text = BASE + "chunk_size: 1000000\n"
+    msg = error_of(check, write_scenario, text, platform=resolve_platform("cpu"))
+    assert msg.startswith("scenarios/s.yaml:8: chunk_size: case ulysses-cp1-T128-fwd needs about ")
+    assert "chunk_size 1000000 pads each rank's 128 tokens to a whole chunk" in msg
+    assert msg.endswith("use a chunk_size of at most 128")
+    # a chunk a little larger than the shard is allowed when it fits
+    check(write_scenario, BASE + "chunk_size: 256\n", platform=resolve_platform("cpu"))

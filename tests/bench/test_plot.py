@@ -109,3 +109,32 @@ def test_nothing_to_plot_is_a_user_error(tmp_path, capsys):
     save_result(broken, tmp_path / "failed.json")
     assert main(["plot", str(tmp_path / "failed.json"), "--out", str(tmp_path / "p")]) == 1
     assert "no case is ok, nothing to plot" in capsys.readouterr().err
+
+
+def test_without_out_the_charts_go_to_a_new_folder_never_the_committed_one(suite_dir: Path, capsys):
+    (suite_dir / "plots").mkdir()
+    (suite_dir / "plots" / "time_vs_seq.png").write_bytes(b"committed")
+    result = str(FIXTURES / "ablation.json")
+    assert main(["plot", result]) == 0 and main(["plot", result]) == 0  # twice, within a second or not
+    folders = sorted(p.name for p in (suite_dir / "results").iterdir())
+    assert len(folders) == 2 and all(f.startswith("plots-") for f in folders), folders
+    for folder in folders:
+        assert sorted(p.stem for p in (suite_dir / "results" / folder).glob("*.png")) == [
+            "checkpoint_summary",
+            "strong_scaling",
+        ]
+    assert f"results/{folders[0]}/strong_scaling.png" in capsys.readouterr().out
+    assert sorted(p.name for p in (suite_dir / "plots").iterdir()) == ["time_vs_seq.png"]  # untouched
+    # named, the committed folder is written (how the README's charts are regenerated)
+    assert main(["plot", result, "--out", "plots"]) == 0
+    assert (suite_dir / "plots" / "strong_scaling.svg").is_file()
+
+
+def test_out_an_existing_file_is_refused_before_drawing(suite_dir: Path, capsys):
+    (suite_dir / "charts.png").write_bytes(b"not a folder")
+    assert main(["plot", str(FIXTURES / "ablation.json"), "--out", "charts.png"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err == "error: --out charts.png: is a file; give a folder for the charts (it is created if missing)\n"
+    )
+    assert (suite_dir / "charts.png").read_bytes() == b"not a folder"

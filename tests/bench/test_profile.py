@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from bench.commands import profile as profile_command
 from bench.profiling import RankTimeline, breakdown, read_timeline, straggler
 from bench.profiling.traces import Collective, StepTimeline
 
@@ -92,6 +93,28 @@ def test_exactly_one_case_must_match(suite_dir: Path, write_scenario, capsys, ar
     assert main(["profile", "p", *argv]) == 1
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_output_that_would_overwrite_is_refused_before_any_rank_starts(
+    suite_dir: Path, write_scenario, capsys, monkeypatch
+):
+    write_scenario("p", PROFILE)
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("ranks launched")
+
+    monkeypatch.setattr(profile_command, "prepare_launch", no_launch)
+    (suite_dir / "trace.json").write_text("{}")
+    (suite_dir / "old").mkdir()
+    (suite_dir / "old" / "summary.json").write_text("{}")
+    for output, message in [
+        ("trace.json", "--output trace.json: is a file; give a folder for the traces (a new one)"),
+        ("old", "--output old: already holds a profile (summary.json or rank<r>.json), which this one would"),
+    ]:
+        assert main(["profile", "p", "--case", "mode=p2p", "--output", output]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert (suite_dir / "trace.json").read_text() == "{}"
 
 
 def test_read_timeline_pairs_ops_with_backend_events_and_reads_peers():

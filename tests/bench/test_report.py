@@ -161,3 +161,20 @@ def test_markdown_escaping():
         markdown_table(Table(columns=["a", "b"], rows=[["x", "1"]]))
         == "| a | b |\n| :--- | ---: |\n| x | 1 |"
     )
+
+
+def test_markdown_without_out_puts_its_charts_in_a_new_folder(suite_dir: Path, capsys):
+    (suite_dir / "plots").mkdir()  # the committed charts: written only when named
+    assert main(["report", str(FIXTURES / "ablation.json")]) == 0
+    captured = capsys.readouterr()
+    (folder,) = (suite_dir / "results").iterdir()
+    assert folder.name.startswith("plots-") and (folder / "strong_scaling.png").is_file()
+    assert f"](results/{folder.name}/strong_scaling.png)" in captured.out
+    assert list((suite_dir / "plots").iterdir()) == []
+    assert main(["report", str(FIXTURES / "ablation.json"), "--charts", "plots"]) == 0
+    assert (suite_dir / "plots" / "strong_scaling.png").is_file()
+    # bad paths: one line, before anything is drawn
+    assert main(["report", str(FIXTURES / "ablation.json"), "--out", "results"]) == 1
+    assert "--out results: is a folder; give the report's file name" in capsys.readouterr().err
+    assert main(["report", str(FIXTURES / "ablation.json"), "--charts", "bench.yaml"]) == 1
+    assert "--charts bench.yaml: is a file; give a folder for the charts" in capsys.readouterr().err

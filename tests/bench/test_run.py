@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -11,12 +14,14 @@ from pathlib import Path
 
 import bench_ranks
 import pytest
+from rich.console import Console
 
 from bench.cli import main
 from bench.commands import run as run_command
 from bench.errors import UserError
 from bench.launch.estimate import estimate_peak_bytes
 from bench.results.store import load_result
+from bench.suite.filters import parse_filters
 
 pytestmark = pytest.mark.multirank
 
@@ -178,3 +183,155 @@ def test_scenarios_naming_different_devices_are_refused(suite_dir: Path, write_s
     write_scenario("other", (suite_dir / "scenarios" / "tiny.yaml").read_text() + "device: cuda\n")
     with pytest.raises(UserError, match=r"scenarios tiny \(cpu\), other \(cuda\) name different devices"):
         run_command.run(["tiny", "other"])
+
+
+# result files are never lost or mislabelled
+
+
+def _stored_run(suite_dir: Path, **env_changes) -> Path:
+    """A result file of `tiny` as this machine would start it, its environment changed by `env_changes`."""
+    from test_store import new_run
+
+    from bench.results.store import save_result
+
+    run = new_run()
+    run.name = "tiny"
+    run.environment = dataclasses.replace(run.environment, **env_changes)
+    run.scenarios = {}
+    path = suite_dir / "before.json"
+    save_result(run, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"git_commit": "0" * 40}, "git_commit '00000000' -> "),
+        ({"git_dirty": None}, "git_dirty "),  # None: the opposite of this checkout's state
+        ({"threads_per_rank": 7}, "threads_per_rank 7 -> None"),
+        ({"hostname": "elsewhere"}, "hostname 'elsewhere' -> "),
+    ],
+)
+def test_resume_refuses_a_file_of_another_commit_dirty_state_threads_or_host(suite_dir: Path, change, named):
+    if change.get("git_dirty", 0) is None:
+        change = {"git_dirty": not load_result(_stored_run(suite_dir)).environment.git_dirty}
+    path = _stored_run(suite_dir, **change)
+    before = path.read_text()
+    with pytest.raises(UserError) as info:
+        run_command.run(["tiny"], resume=str(path))
+    message = str(info.value)
+    assert (
+        message.startswith(f"{path}: was run with another environment than this run's (") and named in message
+    )
+    assert "resume it where it ran, or start a new run without --resume" in message
+    assert path.read_text() == before
+
+
+def test_resume_refuses_a_verify_file(suite_dir: Path):
+    path = _stored_run(suite_dir)
+    run = load_result(path)
+    run.name = "verify-tiny"  # as `bench verify tiny` names it, before its first record
+    run.scenarios = {"tiny": {}}
+    from bench.results.store import save_result
+
+    save_result(run, path)
+    with pytest.raises(UserError, match="holds `bench verify` records, not `bench run` timings"):
+        run_command.run(["tiny"], resume=str(path))
+
+
+def test_an_existing_output_is_never_overwritten(suite_dir: Path, capsys):
+    out = suite_dir / "taken.json"
+    out.write_text("precious\n")
+    assert main(["run", "tiny", "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "the file exists, and result files are never overwritten; continue that run with --resume" in err
+    assert err.count("\n") == 1 and out.read_text() == "precious\n"
+
+
+def test_default_result_names_never_collide(suite_dir: Path, monkeypatch):
+    from bench.commands import session
+    from bench.suite.loader import load_suite
+    from bench.suite.selection import select
+    from gdn_cp.distributed import resolve_platform
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(session.datetime, "datetime", Frozen)  # two runs started in the same second
+    suite = load_suite()
+    selections = select(suite, ["tiny"], [], parse_filters([]))
+    args = ("tiny", suite, selections, resolve_platform("cpu"), None)
+    first, second = (session.new_result_writer(None, *args).path for _ in range(2))
+    assert first != second and second.name == first.name.replace(".json", "-2.json")
+    assert first.name.startswith("20260102-030405-") and first.is_file() and second.is_file()
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (".", "--output .: is a folder; give a file name, e.g. --output result.json"),
+        (
+            "bench.yaml/out.json",
+            "--output bench.yaml/out.json: cannot write a result file there (a folder above",
+        ),
+    ],
+)
+def test_output_a_folder_or_unwritable_is_one_line_before_anything_starts(
+    suite_dir: Path, capsys, output, message
+):
+    assert main(["run", "tiny", "--output", output]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}"), err
+    assert err.count("\n") == 1
+
+
+def test_two_scenarios_of_one_name_are_refused(suite_dir: Path):
+    for folder in ("a", "b"):
+        (suite_dir / folder).mkdir()
+        (suite_dir / folder / "x.yaml").write_text((suite_dir / "scenarios" / "tiny.yaml").read_text())
+    with pytest.raises(
+        UserError, match=r"a/x.yaml and b/x.yaml: both are scenario 'x' \(a scenario is named"
+    ):
+        run_command.run(["a/x.yaml", "b/x.yaml"])
+    with pytest.raises(UserError, match=r"scenario 'tiny': given twice \(as tiny and scenarios/tiny.yaml\)"):
+        run_command.run(["tiny", "scenarios/tiny.yaml"])
+
+
+def test_usage_errors_exit_1_and_help_exits_0(suite_dir: Path, capsys):
+    assert main(["run", "--bogus"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: bench run: unrecognized arguments: --bogus; see `bench run --help`\n"
+    assert main(["verify", "tiny", "--seeds", "many"]) == 1
+    assert "error: bench verify: argument --seeds: invalid int value: 'many'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == 0
+
+
+def test_the_resume_command_after_ctrl_c_really_resumes(suite_dir: Path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_command, "_run_with_progress", interrupted)
+    console = Console(width=400, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    out = suite_dir / "out put.json"
+    code = run_command.run(
+        ["scenarios/tiny.yaml"],
+        sets=["repeat=1", "mode=[p2p]"],
+        filters=["cp=1"],
+        device="cpu",
+        output=str(out),
+        console=console,
+    )
+    assert code == 130
+    printed = " ".join(console.export_text().split())
+    again = (
+        "bench run scenarios/tiny.yaml --set repeat=1 --set 'mode=[p2p]' --filter cp=1 --device cpu "
+        "--resume 'out put.json'"
+    )
+    assert f"continue with `{again}`" in printed
+    # and it resumes: the same scenarios and overrides pass the resume's checks (no case is run here)
+    monkeypatch.setattr(run_command, "_run_with_progress", lambda *args: [])
+    assert main(shlex.split(again)[1:]) == 0

@@ -75,3 +75,19 @@ def test_show_through_the_cli(capsys):
 
 def test_format_tokens():
     assert [format_tokens(n) for n in (64, 1024, 32768, 131072, 1000)] == ["64", "1K", "32K", "128K", "1000"]
+
+
+def test_a_folder_or_a_binary_file_is_one_red_line(tmp_path: Path, capsys):
+    (tmp_path / "image.json").write_bytes(b"\x89PNG\r\n\x1a\n")
+    for argv, message in [
+        (["show", str(tmp_path)], f"error: {tmp_path}: is a folder, not a result file"),
+        (["show", str(tmp_path / "image.json")], f"error: {tmp_path / 'image.json'}: not a text file"),
+        (["plot", str(tmp_path)], f"error: {tmp_path}: is a folder, not a result file"),
+        (
+            ["compare", str(tmp_path / "image.json"), str(FIXTURES / "ablation.json")],
+            f"error: {tmp_path / 'image.json'}: not a text file",
+        ),
+    ]:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err, err

@@ -12,6 +12,7 @@ from bench.errors import UserError
 from bench.measure.timing import summarize
 from bench.results import store
 from bench.results.env import collect_environment
+from bench.results.paths import free_path, new_folder
 from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
@@ -137,3 +138,64 @@ def test_result_filename_is_sanitised():
     assert result_filename(when, "feature/cp p2p", "0123456789abcdef", "cpu-smoke+npu cp4") == (
         "20250713-090501-feature-cp-p2p-01234567-cpu-smoke+npu-cp4.json"
     )
+
+
+def test_files_that_are_not_result_files_are_one_clear_error(tmp_path: Path, monkeypatch):
+    with pytest.raises(UserError, match=r"is a folder, not a result file; give one of the .json files"):
+        load_result(tmp_path)
+    (tmp_path / "binary.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    with pytest.raises(UserError, match=r"binary.json: not a text file \(byte 0 is not UTF-8\)"):
+        load_result(tmp_path / "binary.json")
+    store.save_result(new_run(), tmp_path / "locked.json")
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    with monkeypatch.context() as m:  # chmod 000 does not stop root, who runs some CI
+        m.setattr(Path, "read_text", denied)
+        with pytest.raises(UserError, match=r"locked.json: cannot read it \(Permission denied\)"):
+            load_result(tmp_path / "locked.json")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "median_s",
+            "fast",
+            r"cases\[0\].timing.median_s: expected a number, got 'fast' \(str\); give a file",
+        ),
+        ("rank_medians_s", [1.0, None], r"cases\[0\].timing.rank_medians_s: expected a number, got None"),
+        ("noisy", "no", r"cases\[0\].timing.noisy: expected true or false, got 'no'"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_on_reading(tmp_path: Path, field, value, message):
+    run = new_run()
+    run.cases = [ok_result(0)]
+    path = tmp_path / "r.json"
+    store.save_result(run, path)
+    data = json.loads(path.read_text())
+    data["cases"][0]["timing"][field] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=message):
+        load_result(path)
+    data["cases"][0]["timing"] = ["not", "a", "mapping"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="not a bench result file of schema 1"):
+        load_result(path)
+
+
+def test_a_new_file_never_replaces_an_existing_one(tmp_path: Path):
+    path = tmp_path / "r.json"
+    first = ResultWriter(path, new_run())
+    with pytest.raises(FileExistsError):
+        ResultWriter(path, new_run())
+    assert load_result(path) == first.run
+    # default names (one-second resolution) are numbered instead
+    second = ResultWriter(path, new_run(), numbered=True)
+    third = ResultWriter(path, new_run(), numbered=True)
+    assert (first.path, second.path, third.path) == (path, tmp_path / "r-2.json", tmp_path / "r-3.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-2.json", "r-3.json", "r.json"]  # no temp files
+    assert new_folder(tmp_path / "plots") == tmp_path / "plots"
+    assert new_folder(tmp_path / "plots") == tmp_path / "plots-2"
+    assert free_path(tmp_path / "plots") == tmp_path / "plots-3" and not (tmp_path / "plots-3").exists()

@@ -309,6 +309,24 @@ def test_user_errors(suite_dir: Path, verify_scenario: Path, kwargs, message):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("taken.json", "--output taken.json: the file exists, and result files are never overwritten; give"),
+        (".", "--output .: is a folder; give a file name, e.g. --output result.json"),
+        ("bench.yaml/v.json", "--output bench.yaml/v.json: cannot write a result file there (a folder above"),
+    ],
+)
+def test_output_that_cannot_be_written_is_one_line_before_anything_starts(
+    suite_dir: Path, verify_scenario: Path, capsys, output, message
+):
+    (suite_dir / "taken.json").write_text("an earlier verify\n")
+    assert main(["verify", "v", "--output", output]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert (suite_dir / "taken.json").read_text() == "an earlier verify\n"
+
+
 @pytest.mark.multirank
 def test_bf16_training_with_fp32_master_weights(suite_dir: Path, verify_scenario: Path):
     """bf16 compute with fp32 master weights: FSDP2's MixedPrecisionPolicy on the CP side and the same casts

@@ -407,3 +407,47 @@ def fail(how: str) -> int:
 
 def rank_and_threads() -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), torch.get_num_threads()
+
+
+# --- what a launch listens on -----------------------------------------------------------------------------
+
+
+def _listening(pid: int) -> list[str]:
+    """The local addresses (host:port) process `pid` listens on over TCP, from /proc (Linux)."""
+    import os
+    import socket
+
+    fd_dir = f"/proc/{pid}/fd"
+    inodes = set()
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                    continue
+                hex_addr, hex_port = local.split(":")
+                raw = bytes.fromhex(hex_addr)  # 32-bit words in host (little-endian) order
+                packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.append(f"{socket.inet_ntop(family, packed)}:{int(hex_port, 16)}")
+    return found
+
+
+def listening_addresses() -> dict[str, list[str]]:
+    """Rank 0, once every rank is connected: what the launching process (this rank's parent) and each
+    rank listen on."""
+    import os
+
+    dist.barrier()
+    mine = _listening(os.getpid())
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {"launcher": _listening(os.getppid()), "ranks": [a for addresses in every for a in addresses]}

@@ -1,0 +1,34 @@
+"""Names for new files and folders that never reuse an existing one: result files, chart and profile
+folders. Names made from the time have one-second resolution, so a taken name gets -2, -3, ... instead."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def numbered_paths(path: Path) -> Iterator[Path]:
+    """`path`, then <stem>-2<suffix>, <stem>-3<suffix>, ...: the names to try for a new file or folder."""
+    yield path
+    for n in itertools.count(2):
+        yield path.with_name(f"{path.stem}-{n}{path.suffix}")
+
+
+def free_path(path: Path) -> Path:
+    """The first of numbered_paths(path) that does not exist, for a name taken later (new_folder takes it
+    at once)."""
+    return next(p for p in numbered_paths(path) if not p.exists())
+
+
+def new_folder(path: Path) -> Path:
+    """Create and return the first of numbered_paths(path) that does not exist yet; mkdir claims it, so two
+    commands never share one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    candidates = numbered_paths(path)
+    while True:
+        candidate = next(candidates)
+        with contextlib.suppress(FileExistsError):
+            candidate.mkdir()
+            return candidate
