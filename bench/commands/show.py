@@ -12,7 +12,13 @@ from rich.table import Table
 
 from bench.console import console as default_console
 from bench.results.store import RunResult, load_result
-from bench.results.tables import not_measured, print_tables, reference_table_data, reference_tables
+from bench.results.tables import (
+    not_measured,
+    print_tables,
+    reference_table_data,
+    reference_tables,
+    throughput_table,
+)
 from bench.verification.tables import verification_tables
 
 NAME = "show"
@@ -58,6 +64,9 @@ def render(run: RunResult, console: Console) -> None:
         )
     for note in notes:
         console.print(note, style="dim")
+    throughput = throughput_table(run)
+    if throughput is not None:
+        print_tables([throughput], console)
     missing = not_measured(run)
     if missing:
         t = Table(title="not measured", title_justify="left")

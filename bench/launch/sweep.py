@@ -11,7 +11,7 @@ from typing import Protocol
 
 from bench.launch.launcher import Outcome
 from bench.measure.timing import summarize
-from bench.results.store import CaseResult, MemoryResult, ResultWriter
+from bench.results.store import CaseResult, MemoryResult, ResultWriter, ThroughputResult
 from bench.suite.config import Case
 
 
@@ -36,6 +36,12 @@ def to_case_result(case: Case, outcome: Outcome) -> CaseResult:
             meter=r.meter,
         ),
         threads_per_rank=r.threads,
+        throughput=ThroughputResult(
+            model_flops=case.layer_config().flops(
+                batch=case.batch, seq_len=case.seq_len, backward=case.pass_ == "forward_backward"
+            ),
+            matmul_gflops=min(r.matmul_gflops),
+        ),
         wall_s=outcome.wall_s,
     )
 

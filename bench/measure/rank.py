@@ -11,7 +11,8 @@ repeats, outside the timed region. The passes:
   backward; the output is dropped after the stop.
 - forward_backward: `layer(x).backward(grad_output)` with a fixed random grad_output shard. Parameter
   gradients stay partial per rank: their reduction over the CP group (an all-reduce or FSDP) is not timed.
-Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory).
+Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory), and last
+each rank's matmul throughput (bench.measure.throughput), the limit its achieved GFLOP/s is set against.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ import torch
 import torch.distributed as dist
 
 from bench.measure.memory import measure_peak
+from bench.measure.throughput import matmul_gflops
 from bench.suite.config import Case
 from gdn_cp import GatedDeltaNet, LinearAttentionContextParallel
 from gdn_cp.distributed import Platform, local_rank, resolve_platform, shard_sequence
+from gdn_cp.dtypes import accumulation_dtype, to_dtype
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,6 +48,8 @@ class RankResults:
     """Name of rank 0's device."""
     threads: int
     """torch intra-op threads of rank 0 (every rank gets the same)."""
+    matmul_gflops: list[float]
+    """[rank] the rank's batched-matmul GFLOP/s in the accumulation dtype (bench.measure.throughput)."""
 
 
 def global_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
@@ -124,7 +129,9 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     dist.barrier()
     reading = measure_peak(step, platform, live)
     clear_grads()
-    mine = (samples, reading.peak_bytes, reading.baseline_bytes)
+    dist.barrier()
+    calibration = matmul_gflops(accumulation_dtype(to_dtype(case.dtype)), live[-1].device, platform)
+    mine = (samples, reading.peak_bytes, reading.baseline_bytes, calibration)
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     return RankResults(
@@ -134,4 +141,5 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
         meter=reading.meter,
         device_name=platform.device_name(local_rank()),
         threads=torch.get_num_threads(),
+        matmul_gflops=[r[3] for r in everyone],
     )

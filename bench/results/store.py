@@ -66,6 +66,27 @@ class MemoryResult:
 
 
 @dataclass(kw_only=True, slots=True)
+class ThroughputResult:
+    """How close a case ran to the machine's limit: the model FLOPs of its pass against the measured matmul
+    throughput of its ranks."""
+
+    model_flops: int
+    """FLOPs of one pass of the layer on the global sequence, all ranks together (the formula of
+    gdn_cp.layers.GatedDeltaNetConfig.flops: projections, Conv1D and the chunked core; backward = 2x)."""
+    matmul_gflops: float
+    """The slowest rank's batched 64 x 64 x 64 matmul throughput in the core's accumulation dtype
+    (bench.measure.throughput), GFLOP/s."""
+
+    def achieved_gflops(self, median_s: float, cp: int) -> float:
+        """Model GFLOP/s per rank at the case's median time (every rank holds 1/cp of the work)."""
+        return self.model_flops / cp / median_s / 1e9
+
+    def fraction(self, median_s: float, cp: int) -> float:
+        """achieved_gflops as a fraction of matmul_gflops."""
+        return self.achieved_gflops(median_s, cp) / self.matmul_gflops
+
+
+@dataclass(kw_only=True, slots=True)
 class CaseResult:
     """The outcome of one case."""
 
@@ -83,6 +104,8 @@ class CaseResult:
     """Peak allocated memory (ok only)."""
     threads_per_rank: int | None = None
     """torch threads each rank ran with (ok only)."""
+    throughput: ThroughputResult | None = None
+    """Model FLOPs against the measured matmul limit (ok only; None in files written before it existed)."""
     wall_s: float = 0.0
     """Wall time of the whole case, launch included."""
     finished_at: str = field(default_factory=now_iso)
@@ -100,6 +123,7 @@ class CaseResult:
             "timing": None if self.timing is None else dataclasses.asdict(self.timing),
             "memory": None if self.memory is None else dataclasses.asdict(self.memory),
             "threads_per_rank": self.threads_per_rank,
+            "throughput": None if self.throughput is None else dataclasses.asdict(self.throughput),
             "wall_s": self.wall_s,
             "finished_at": self.finished_at,
         }
@@ -114,6 +138,7 @@ class CaseResult:
             timing=None if data["timing"] is None else TimingSummary(**data["timing"]),
             memory=None if data["memory"] is None else MemoryResult(**data["memory"]),
             threads_per_rank=data["threads_per_rank"],
+            throughput=None if data.get("throughput") is None else ThroughputResult(**data["throughput"]),
             wall_s=data["wall_s"],
             finished_at=data["finished_at"],
         )
@@ -226,6 +251,7 @@ def _check_types(run: RunResult) -> None:
     parts: list[tuple[str, Any]] = [("environment", run.environment)]
     for i, c in enumerate(run.cases):
         parts += [(f"cases[{i}]", c), (f"cases[{i}].timing", c.timing), (f"cases[{i}].memory", c.memory)]
+        parts.append((f"cases[{i}].throughput", c.throughput))
     for where, record in parts:
         if record is None:
             continue

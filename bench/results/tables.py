@@ -103,6 +103,16 @@ def format_checkpoint(checkpoint: bool | None) -> str:
     return "n/a" if checkpoint is None else ("on" if checkpoint else "off")
 
 
+def format_throughput(result: CaseResult) -> str:
+    """ "  12.3 GFLOP/s/rank (31% of matmul)", or "" without a throughput record."""
+    tp, t = result.throughput, result.timing
+    if tp is None or t is None:
+        return ""
+    cp = result.case.cp
+    achieved, fraction = tp.achieved_gflops(t.median_s, cp), tp.fraction(t.median_s, cp)
+    return f"  {achieved:.1f} GFLOP/s/rank ({100 * fraction:.0f}% of matmul)"
+
+
 def case_line(result: CaseResult) -> str:
     """One rich-markup status line of a finished case: status, id, median, IQR, peak, wall time."""
     case_id = escape(result.case.case_id)
@@ -111,7 +121,7 @@ def case_line(result: CaseResult) -> str:
         spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
         return (
             f"[green]ok[/]      {case_id:<36} {format_ms(t):>14}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
-            f"peak {format_mib(result.memory)}  [dim]{result.wall_s:.1f} s[/]"
+            f"peak {format_mib(result.memory)}{format_throughput(result)}  [dim]{result.wall_s:.1f} s[/]"
         )
     error = first_line(result.error)
     style = "red" if result.status == "failed" else "yellow"
@@ -152,6 +162,34 @@ def print_tables(tables: Sequence[TableData], console: Console) -> None:
         for note in table.notes:
             style = "red" if note.startswith(("FAIL", "initial weights DIFFER")) else "dim"
             console.print(escape(note), style=style, soft_wrap=True)
+
+
+def throughput_table(run: RunResult) -> TableData | None:
+    """How close each ok case ran to the limit: model GFLOP/s per rank at its median against the measured
+    matmul GFLOP/s of its ranks; None when no case has a throughput record (older files)."""
+    rows = [
+        [
+            r.key,
+            f"{r.throughput.model_flops / 1e9:.2f}",
+            f"{r.throughput.achieved_gflops(r.timing.median_s, r.case.cp):.1f}",
+            f"{r.throughput.matmul_gflops:.1f}",
+            f"{100 * r.throughput.fraction(r.timing.median_s, r.case.cp):.0f}%",
+        ]
+        for r in run.cases
+        if r.status == "ok" and r.throughput is not None and r.timing is not None
+    ]
+    if not rows:
+        return None
+    return TableData(
+        title="throughput",
+        headers=["case", "model GFLOP", "GFLOP/s/rank", "matmul GFLOP/s", "of limit"],
+        rows=rows,
+        numeric={1, 2, 3, 4},
+        notes=[
+            "model FLOPs of the pass (gdn_cp.layers.GatedDeltaNetConfig.flops; backward = 2x forward) / cp / "
+            "the median; limit: the slowest rank's batched 64x64x64 matmul (bench.measure.throughput)"
+        ],
+    )
 
 
 def reference_table_data(table: ReferenceTable, run: RunResult) -> TableData:

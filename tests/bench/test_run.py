@@ -32,6 +32,7 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
     assert main(["run", "tiny", "--filter", "cp=1", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "tiny: CP1" in printed and "forward+backward median" in printed and "results: out.json" in printed
+    assert "GFLOP/s/rank" in printed and "matmul GFLOP/s" in printed  # case lines, then the throughput table
     first = load_result(out)
     assert [c.case.case_id for c in first.cases] == ["ulysses-cp1-T64-fwd_bwd", "p2p-ckpt-cp1-T64-fwd_bwd"]
     assert first.environment.device_type == "cpu" and first.environment.launcher == "local"
@@ -61,6 +62,12 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
         # the rough estimate is in the measured ballpark (it only has to catch cases that cannot fit)
         assert 0.3 < estimate_peak_bytes(case) / result.memory.peak_bytes < 3
         assert result.wall_s > 0
+        # model FLOPs from the one formula, against a measured (positive, finite) matmul limit
+        tp = result.throughput
+        assert tp.model_flops == case.layer_config().flops(
+            batch=case.batch, seq_len=case.seq_len, backward=True
+        )
+        assert 0 < tp.matmul_gflops < float("inf") and tp.achieved_gflops(result.timing.median_s, case.cp) > 0
 
     # everything done: a further resume runs nothing
     assert run_command.run(["tiny"], resume=str(out)) == 0
