@@ -130,7 +130,14 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     reading = measure_peak(step, platform, live)
     clear_grads()
     dist.barrier()
-    calibration = matmul_gflops(accumulation_dtype(to_dtype(case.dtype)), live[-1].device, platform)
+    calibration = matmul_gflops(
+        case.chunk_size,
+        case.head_k_dim,
+        case.head_v_dim,
+        dtype=accumulation_dtype(to_dtype(case.dtype)),
+        device=live[-1].device,
+        platform=platform,
+    )
     mine = (samples, reading.peak_bytes, reading.baseline_bytes, calibration)
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)

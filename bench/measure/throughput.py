@@ -1,9 +1,10 @@
 """This rank's matmul throughput: the limit a case's achieved GFLOP/s is set against.
 
-The GDN core's products are batched matmuls of chunk-sized blocks (C x K by K x V, C = K = V = 64 at the
-usual shapes), so the calibration times exactly that: a batch of 64 x 64 x 64 products in the dtype the
-core accumulates in, with the rank's own threads, a few repeats after a warmup, the best kept (the limit,
-not the typical). It takes a few tens of milliseconds.
+The GDN core's products are batched matmuls of chunk-sized blocks, C x K by K x V (chunk size, key and
+value head dims), so the calibration times exactly that shape: a batch of such products (about 2^27 FLOPs
+a call) in the dtype the core accumulates in, with the rank's own threads, a few repeats after a warmup,
+the best kept (the limit, not the typical). It takes a few tens of milliseconds. On a busy machine the
+best of a few is still slowed down: compare fractions only between cases measured on an idle one.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import torch
 
 from gdn_cp.distributed import Platform
 
-BLOCK = 64
-"""Rows and columns of the calibration's products."""
-BATCH = 512
-"""Products per timed call."""
-REPEATS = 5
+FLOPS_PER_CALL = 2**27
+"""The batch of products is sized to about this many FLOPs per timed call."""
+REPEATS = 10
 
 
-def matmul_gflops(dtype: torch.dtype, device: torch.device, platform: Platform) -> float:
-    """GFLOP/s of [BATCH, BLOCK, BLOCK] @ [BATCH, BLOCK, BLOCK] on `device`, best of REPEATS."""
-    a = torch.randn(BATCH, BLOCK, BLOCK, dtype=dtype, device=device)
-    b = torch.randn(BATCH, BLOCK, BLOCK, dtype=dtype, device=device)
-    flops = 2 * BATCH * BLOCK**3
+def matmul_gflops(
+    m: int, n: int, p: int, *, dtype: torch.dtype, device: torch.device, platform: Platform
+) -> float:
+    """GFLOP/s of a batch of [m, n] @ [n, p] products on `device`, best of REPEATS."""
+    batch = max(1, FLOPS_PER_CALL // (2 * m * n * p))
+    a = torch.randn(batch, m, n, dtype=dtype, device=device)
+    b = torch.randn(batch, n, p, dtype=dtype, device=device)
     a @ b  # warmup
     platform.synchronize()
     best = float("inf")
@@ -34,4 +35,4 @@ def matmul_gflops(dtype: torch.dtype, device: torch.device, platform: Platform) 
         a @ b
         platform.synchronize()
         best = min(best, time.perf_counter() - start)
-    return flops / best / 1e9
+    return 2 * batch * m * n * p / best / 1e9

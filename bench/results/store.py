@@ -74,8 +74,8 @@ class ThroughputResult:
     """FLOPs of one pass of the layer on the global sequence, all ranks together (the formula of
     gdn_cp.layers.GatedDeltaNetConfig.flops: projections, Conv1D and the chunked core; backward = 2x)."""
     matmul_gflops: float
-    """The slowest rank's batched 64 x 64 x 64 matmul throughput in the core's accumulation dtype
-    (bench.measure.throughput), GFLOP/s."""
+    """The slowest rank's throughput on batched chunk x head-dim products (C x K @ K x V) in the core's
+    accumulation dtype (bench.measure.throughput), GFLOP/s."""
 
     def achieved_gflops(self, median_s: float, cp: int) -> float:
         """Model GFLOP/s per rank at the case's median time (every rank holds 1/cp of the work)."""

@@ -187,7 +187,7 @@ def throughput_table(run: RunResult) -> TableData | None:
         numeric={1, 2, 3, 4},
         notes=[
             "model FLOPs of the pass (gdn_cp.layers.GatedDeltaNetConfig.flops; backward = 2x forward) / cp / "
-            "the median; limit: the slowest rank's batched 64x64x64 matmul (bench.measure.throughput)"
+            "the median; limit: the slowest rank's batched C x K @ K x V matmul (bench.measure.throughput)"
         ],
     )
 
