@@ -348,6 +348,9 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
     def forward(ctx, q, k, v, gamma, beta, h0):
         # Block by block of chunks, so that the intermediates of one block at a time are alive; kept: the
         # outputs, A, and the state entering every block.
+        # q and k arrive as strided views of [B, T, Hk, K] and feed every product: one copy each here (the
+        # viewed tensors are then free); v, g, beta enter elementwise only and stay views.
+        q, k = q.contiguous(), k.contiguous()
         B, Hk, G, N, C, _ = v.shape
         blocks = range(0, N, BACKWARD_BLOCK)
         o = torch.empty_like(v)
@@ -365,7 +368,8 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_o, d_final):
         q, k, v, gamma, beta, A, block_states = ctx.saved_tensors
-        d_o = torch.zeros_like(v) if d_o is None else d_o
+        # dO arrives as a strided view of the caller's [B, T, Hv, V]: one copy here, not one per product.
+        d_o = torch.zeros_like(v) if d_o is None else d_o.contiguous()
         dh = v.new_zeros(*v.shape[:3], k.shape[-1], v.shape[-1]) if d_final is None else d_final
         # Each block's gradients are written once into their place (no autograd here, so in place is O(T)).
         out = [torch.empty_like(t) for t in (q, k, v, gamma, beta)]
