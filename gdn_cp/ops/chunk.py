@@ -216,15 +216,16 @@ def _prepare_bwd(
             d_vb = d_in[..., -v.shape[-1] :]
             dv = d_vb * beta[..., None]
             d_beta += (d_vb * v).sum(-1)
-        # A = (I + L)^-1  =>  dL = -A^T dA A^T, on the strict lower triangle where L lives.
-        d_L = -(AT @ d_A @ AT).tril(-1)
+        # A = (I + L)^-1  =>  dL = -A^T dA A^T on the strict lower triangle where L lives; minus_dL holds
+        # -dL, the sign folded into its uses.
+        minus_dL = (AT @ d_A @ AT).tril(-1)
         kk_gamma = (k @ kT) * Gamma
-        d_beta += (d_L * kk_gamma).sum(-1)
-        E = d_L * kk_gamma * beta[..., None]
-        d_gamma += E.sum(-1) - E.sum(-2)
-        d_kk = (d_L * Gamma * beta[..., None]).sum(2, keepdim=True)
+        d_beta -= (minus_dL * kk_gamma).sum(-1)
+        E = minus_dL * kk_gamma * beta[..., None]
+        d_gamma -= E.sum(-1) - E.sum(-2)
+        d_kk = (minus_dL * Gamma * beta[..., None]).sum(2, keepdim=True)
         d_kk = (d_kk + d_kk.transpose(-1, -2)) @ k
-        dk_shared = d_kk if dk_shared is None else dk_shared + d_kk
+        dk_shared = -d_kk if dk_shared is None else dk_shared - d_kk
 
     d_gamma[..., -1] += d_last  # gamma_C is the last position's gamma
     dq = dq.sum(2, keepdim=True)
@@ -315,7 +316,7 @@ def _scan_bwd(
         v_new @ d_h_out.transpose(-1, -2),  # Kt
         -(d_u @ states.transpose(-1, -2)),  # W
         d_u,  # U
-        (d_o @ v_new.transpose(-1, -2)).tril(),  # P
+        d_o @ v_new.transpose(-1, -2),  # P (above the diagonal unused: P's consumers mask it by Gamma)
         (d_h_out * states).sum((-1, -2)),  # decay
     )
     return grads, dh
