@@ -8,6 +8,7 @@
 - `state_chain`: the rank-to-rank recurrent state hand-off H_out = M @ H_in + S (forward r-1 -> r -> r+1,
   backward r+1 -> r -> r-1).
 - `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
+- `broadcast_module_tensors`: one rank's parameters and buffers to every rank (setup, not counted).
 
 All of them are no-ops (or identities) on a group of one rank. Every wire transfer reports to comm_stats and
 runs inside a `gdn_cp.<kind>` profiler range.
@@ -21,7 +22,9 @@ from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed import ProcessGroup
+from torch.distributed.tensor import DTensor
 
 from gdn_cp.distributed import comm_stats
 
@@ -326,3 +329,21 @@ def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: Proces
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
+
+
+def broadcast_module_tensors(module: nn.Module, group: ProcessGroup, src: int) -> None:
+    """Overwrite every plain parameter and buffer of `module` with global rank `src`'s, in place: a setup
+    step (ParallelStyle's src_data_rank), not part of a step, so not counted in comm_stats.
+
+    DTensors are left alone (their placements already say what each rank holds), and so are meta tensors
+    (nothing to send; torchtitan materialises and initialises them after parallelising).
+    """
+    with torch.no_grad():
+        for tensor in (*module.parameters(), *module.buffers()):
+            if isinstance(tensor, DTensor) or tensor.is_meta:
+                continue
+            buf = tensor.detach()
+            wire = buf.contiguous()
+            dist.broadcast(wire, src=src, group=group)
+            if wire.data_ptr() != buf.data_ptr():
+                buf.copy_(wire)

@@ -5,20 +5,28 @@
     ...backward...
     all_reduce_gradients(layer.parameters(), cp_group)   # or FSDP over the same ranks
 
+It is a torch `ParallelStyle`, so torch's `parallelize_module` composes it with other styles over a 1-D
+mesh, as torchtitan does:
+
+    parallelize_module(model, cp_mesh, {"layers.0.linear_attn": LinearAttentionContextParallel(mode="p2p")})
+
 Like torchtitan's parallel styles, `apply` changes the module in place and returns it. Parameters keep
 their names and full shapes (a state_dict saved under CP loads without it); only the forward changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch.distributed as dist
 from torch import nn
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.parallel import ParallelStyle
 
+from gdn_cp.distributed.collectives import broadcast_module_tensors
 from gdn_cp.distributed.modes import DEFAULT_MODE, check_cp_shapes, check_mode, mode_class
 from gdn_cp.layers import GatedDeltaNet
 
@@ -57,9 +65,25 @@ def _check_not_tensor_parallel(module: nn.Module, group: ProcessGroup) -> None:
                 )
 
 
-@dataclass(frozen=True, slots=True)
-class LinearAttentionContextParallel:
-    """Context parallelism for a GatedDeltaNet layer (design.md section 3)."""
+def _source_rank(group: ProcessGroup, src_data_rank: int) -> int:
+    """The global rank of `group`'s rank `src_data_rank`; ValueError with the fix when it is not one."""
+    size = dist.get_world_size(group)
+    if isinstance(src_data_rank, bool) or not isinstance(src_data_rank, int) or not 0 <= src_data_rank < size:
+        raise ValueError(
+            f"src_data_rank={src_data_rank!r} is not a rank of the CP group of {size} ranks: pass "
+            f"parallelize_module(..., src_data_rank=r) with 0 <= r < {size}, or None to keep each rank's "
+            "parameters"
+        )
+    return dist.get_global_rank(group, src_data_rank)
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class LinearAttentionContextParallel(ParallelStyle):
+    """Context parallelism for a GatedDeltaNet layer (design.md section 3), as a torch ParallelStyle.
+
+    `mode` and `checkpoint_summary` are fixed at construction (assigning them raises AttributeError: build
+    another style); `src_data_rank` is the one attribute `parallelize_module` sets on every call.
+    """
 
     mode: str = DEFAULT_MODE
     """A name of gdn_cp.distributed.MODES: each mode's `description` says what crosses ranks; the first
@@ -67,9 +91,22 @@ class LinearAttentionContextParallel:
     checkpoint_summary: bool = True
     """Modes with a summary (SUMMARY_MODES): compute (S, M) under non-reentrant activation checkpointing
     (less peak memory, the summary recomputed in backward). No effect on the others."""
+    src_data_rank: int | None = field(default=0, init=False, repr=False, compare=False)
+    """ParallelStyle's contract, set by `parallelize_module(..., src_data_rank=0)`: the CP group rank whose
+    parameters every rank takes (broadcast in `_apply`, so the layer computes what the single-device one
+    does), or None to keep each rank's own. `apply` never broadcasts."""
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Frozen but for src_data_rank: a frozen dataclass would refuse parallelize_module's assignment.
+        if name != "src_data_rank" and hasattr(self, name):
+            raise AttributeError(
+                f"LinearAttentionContextParallel.{name} is read-only: build another style, e.g. "
+                f"LinearAttentionContextParallel({name}={value!r})"
+            )
+        object.__setattr__(self, name, value)
 
     def apply(
         self,
@@ -81,13 +118,15 @@ class LinearAttentionContextParallel:
         """Put `module` under CP over `cp_group` (a ProcessGroup, a 1-D DeviceMesh, or None for WORLD).
 
         Afterwards `module(x)` takes this rank's sequence shard [B, T/cp, hidden] (a tensor, or a DTensor
-        with a Shard(1) placement) and returns its output shard. Raises NotImplementedError for a layer that
-        is also tensor-parallel (a TP group of more than one rank, or parameters sharded on another mesh
-        dim), and ValueError where the mode cannot split this layer's heads over the group.
+        with a Shard(1) placement) and returns its output shard. Parameters stay as they are on each rank
+        (build them identically, e.g. from one seed). Raises NotImplementedError for a layer that is also
+        tensor-parallel (a TP group of more than one rank, or parameters sharded on another mesh dim), and
+        ValueError where the mode cannot split this layer's heads over the group.
         """
         if not isinstance(module, GatedDeltaNet):
             raise TypeError(
-                f"LinearAttentionContextParallel applies to a GatedDeltaNet, got {type(module).__name__}"
+                f"LinearAttentionContextParallel applies to a GatedDeltaNet, got {type(module).__name__}: "
+                "name the GatedDeltaNet itself (in a parallelize_module plan, e.g. 'layers.0.linear_attn')"
             )
         group = as_process_group(cp_group)
         if tp_group is not None and dist.get_world_size(as_process_group(tp_group)) > 1:
@@ -98,4 +137,14 @@ class LinearAttentionContextParallel:
         executor = mode_class(self.mode)(group, self.checkpoint_summary)
         check_cp_shapes(self.mode, module.config, executor.size)
         module.context_parallel = executor
+        return module
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        """ParallelStyle's hook, called by `parallelize_module(module, device_mesh, plan)`: `apply` over the
+        1-D `device_mesh`, then, unless src_data_rank is None, every rank takes that rank's parameters."""
+        group = as_process_group(device_mesh)
+        src = None if self.src_data_rank is None else _source_rank(group, self.src_data_rank)
+        self.apply(module, device_mesh)
+        if src is not None:
+            broadcast_module_tensors(module, group, src)
         return module

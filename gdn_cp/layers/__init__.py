@@ -1,11 +1,14 @@
-"""Model layers built on gdn_cp.ops."""
+"""Model layers built on gdn_cp.ops, and loading their weights from Qwen3.5 checkpoints."""
 
-from gdn_cp.layers.gated_deltanet import (
-    GatedDeltaNet,
-    GatedDeltaNetConfig,
-    GDNProjections,
-    ShardForward,
-    linear_attn_state_dict,
-)
+from gdn_cp.layers.checkpoint import linear_attn_keys, linear_attn_state_dict, load_linear_attn_state_dict
+from gdn_cp.layers.gated_deltanet import GatedDeltaNet, GatedDeltaNetConfig, GDNProjections, ShardForward
 
-__all__ = ["GDNProjections", "GatedDeltaNet", "GatedDeltaNetConfig", "ShardForward", "linear_attn_state_dict"]
+__all__ = [
+    "GDNProjections",
+    "GatedDeltaNet",
+    "GatedDeltaNetConfig",
+    "ShardForward",
+    "linear_attn_keys",
+    "linear_attn_state_dict",
+    "load_linear_attn_state_dict",
+]

@@ -1,16 +1,15 @@
 """The Qwen3.5 Gated DeltaNet layer, with the parameter names and shapes of transformers'
 Qwen3_5GatedDeltaNet.
 
-A state_dict of that layer (`model.language_model.layers.<i>.linear_attn.*` in a checkpoint, prefix removed)
-loads into `GatedDeltaNet` with strict=True and gives the same output. The forward is split into stages
-(project, convolve, gates, core, output) so that context-parallel modes can recombine them; under
-`LinearAttentionContextParallel.apply` the forward is handed to the mode, and parameters keep their names and
-full shapes.
+A state_dict of that layer (`model.language_model.layers.<i>.linear_attn.*` in a checkpoint, prefix removed:
+gdn_cp.layers.checkpoint finds it, in memory or on disk) loads into `GatedDeltaNet` with strict=True and
+gives the same output. The forward is split into stages (project, convolve, gates, core, output) so that
+context-parallel modes can recombine them; under `LinearAttentionContextParallel.apply` the forward is
+handed to the mode, and parameters keep their names and full shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -249,27 +248,3 @@ class GatedDeltaNet(nn.Module):
         c = self.config
         heads = f"Hk={c.num_k_heads}, Hv={c.num_v_heads}, K={c.head_k_dim}, V={c.head_v_dim}"
         return f"hidden={c.hidden_size}, {heads}, conv={c.conv_kernel_size}, chunk={c.chunk_size}"
-
-
-def linear_attn_state_dict(
-    model_state_dict: Mapping[str, torch.Tensor], layer_idx: int
-) -> dict[str, torch.Tensor]:
-    """The `linear_attn` weights of decoder layer `layer_idx` from a whole Qwen3.5 state_dict, keyed as
-    GatedDeltaNet's parameters.
-
-    Works with any prefix before `layers.<i>.linear_attn.` (Qwen3_5ForCausalLM: `model.layers...`; the
-    multimodal Qwen3_5ForConditionalGeneration: `model.language_model.layers...`), e.g. a checkpoint's
-    safetensors shards merged with `safetensors.torch.load_file`.
-    """
-    marker = f"layers.{layer_idx}.linear_attn."
-    found = {
-        key.split(marker, 1)[1]: value
-        for key, value in model_state_dict.items()
-        if marker in key and (key.startswith(marker) or key.split(marker, 1)[0].endswith("."))
-    }
-    if not found:
-        raise KeyError(
-            f"no keys containing {marker!r}: layer {layer_idx} is not a linear-attention layer of this "
-            "checkpoint (see its config's layer_types), or the state_dict is not a Qwen3.5 one"
-        )
-    return found

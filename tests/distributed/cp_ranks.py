@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor.parallel import parallelize_module
 
 from gdn_cp import GatedDeltaNet, GatedDeltaNetConfig, LinearAttentionContextParallel
 from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp, error_stats
@@ -121,6 +123,7 @@ def run_world(world: int) -> dict[str, Any]:
         out["hybrid"] = {m: hybrid_comparison(m, 8 * world, "fp64") for m in MODES}
     if world == 2:
         out["errors"] = error_messages()
+        out["parallel_style"] = parallel_style_checks()
     return out
 
 
@@ -322,6 +325,114 @@ def hybrid_comparison(mode: str, seq_len: int, dtype: str) -> dict[str, float]:
     return errors
 
 
+# --- LinearAttentionContextParallel as a torch ParallelStyle ------------------------------------------------
+
+STYLE_PLAN = {
+    "layers.0.linear_attn": ("p2p", True),
+    "layers.1.linear_attn": ("ulysses", True),
+    "layers.2.linear_attn": ("all_gather", False),
+}
+"""parallelize_module's plan for parallel_style_checks: plan key -> (mode, checkpoint_summary)."""
+STYLE_CONFIG = {"dtype": "fp64", "chunk_size": 4, "vocab_size": 64, "layer_types": ("linear_attention",) * 3}
+"""A Qwen35Hybrid of GDN layers only: embedding, norms, MLPs and lm_head around the CP layers, and no full
+attention (which parallelize_module's plan does not cover)."""
+STYLE_BATCH = 2
+
+
+def _style_plan() -> dict[str, LinearAttentionContextParallel]:
+    return {
+        key: LinearAttentionContextParallel(mode=mode, checkpoint_summary=ckpt)
+        for key, (mode, ckpt) in STYLE_PLAN.items()
+    }
+
+
+def parallel_style_checks() -> dict[str, Any]:
+    """parallelize_module over a 1-D mesh of every rank, against the single-device model, and src_data_rank.
+
+    "errors": the model's logits and every parameter gradient (summed over ranks) relative to the
+    reference's scale. Before parallelising, ranks other than 0 perturb their GDN weights: the default
+    src_data_rank=0 must hand every rank rank 0's. "modes": the CP mode each planned layer got.
+    """
+    rank, size = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (size,), mesh_dim_names=("cp",))
+    torch.manual_seed(0)
+    config = Qwen35HybridConfig(**STYLE_CONFIG)
+    ref = Qwen35Hybrid(config)
+    model = copy.deepcopy(ref)
+    if rank != 0:
+        with torch.no_grad():
+            for layer in model.layers:
+                for p in layer.linear_attn.parameters():
+                    p.add_(1.0)
+    parallelize_module(model, mesh, _style_plan())
+
+    seq_len = 8 * size
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, config.vocab_size, (STYLE_BATCH, seq_len), generator=gen)
+    weight = torch.randn(STYLE_BATCH, seq_len, config.vocab_size, generator=gen, dtype=torch.float64)
+    group = mesh.get_group()
+    logits_local = model(shard_sequence(tokens, group)).logits
+    (logits_local * shard_sequence(weight, group)).sum().backward()
+    all_reduce_gradients(model.parameters(), group)
+    ref_logits = ref(tokens).logits
+    (ref_logits * weight).sum().backward()
+
+    errors = {"logits": _rel_error(gather_sequence(logits_local.detach(), group), ref_logits)}
+    ref_params = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        errors[name] = _rel_error(p.grad, ref_params[name].grad) if p.grad is not None else float("inf")
+    executors = {key: model.get_submodule(key).context_parallel for key in STYLE_PLAN}
+    modes = {
+        key: (ex.name, ex.checkpoint_summary) if ex is not None else None for key, ex in executors.items()
+    }
+    return {"errors": errors, "modes": modes, **src_data_rank_checks(mesh), **style_error_messages(mesh)}
+
+
+def _seeded_layer(seed: int) -> GatedDeltaNet:
+    torch.manual_seed(seed)
+    return GatedDeltaNet(layer_config("fp64"))
+
+
+def _parameter_distance(layer: GatedDeltaNet, expected: GatedDeltaNet) -> float:
+    """max |a - b| over every parameter of two layers of one config."""
+    return max(
+        _max_abs(a.detach(), b.detach())
+        for a, b in zip(layer.parameters(), expected.parameters(), strict=True)
+    )
+
+
+def src_data_rank_checks(mesh: DeviceMesh) -> dict[str, float]:
+    """Each rank builds a layer from its own seed; after parallelize_module every rank holds the source
+    rank's parameters exactly (src_data_rank=1), or its own (None)."""
+    rank = dist.get_rank()
+    out = {}
+    for src in (1, None):
+        layer = parallelize_module(
+            _seeded_layer(rank), mesh, LinearAttentionContextParallel(), src_data_rank=src
+        )
+        expected = _seeded_layer(rank if src is None else src)
+        out[f"src_data_rank={src}"] = _parameter_distance(layer, expected)
+    out["seeds_differ"] = _parameter_distance(_seeded_layer(0), _seeded_layer(1))
+    return out
+
+
+def style_error_messages(mesh: DeviceMesh) -> dict[str, str]:
+    """What parallelize_module reports for a plan naming a module that is not a GatedDeltaNet, and for a
+    src_data_rank outside the mesh (the latter before the layer is touched)."""
+    model = Qwen35Hybrid(Qwen35HybridConfig(**STYLE_CONFIG))
+    layer = GatedDeltaNet(layer_config("fp32"))
+    bad_src = _message(
+        lambda: parallelize_module(layer, mesh, LinearAttentionContextParallel(), src_data_rank=5)
+    )
+    return {
+        "not_a_gdn_in_plan": _message(
+            lambda: parallelize_module(model, mesh, {"layers.0.mlp": LinearAttentionContextParallel()})
+        ),
+        "bad_src_data_rank": bad_src,
+        "untouched_after_bad_src": str(layer.context_parallel is None),
+    }
+
+
 # --- error paths --------------------------------------------------------------------------------------------
 
 
@@ -335,7 +446,6 @@ def _message(fn) -> str:
 
 def error_messages() -> dict[str, str]:
     """Every CP error path that needs a real group of 2 ranks; returns each path's exception."""
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
     size = dist.get_world_size()
