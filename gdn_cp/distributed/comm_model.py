@@ -10,7 +10,7 @@ nothing is exchanged.
 from __future__ import annotations
 
 from gdn_cp.distributed.comm_stats import Volume
-from gdn_cp.distributed.modes import mode_class
+from gdn_cp.distributed.modes import CommCase, mode_class
 from gdn_cp.layers import GatedDeltaNetConfig
 
 
@@ -35,5 +35,7 @@ def layer_communication(
     if cp == 1:
         return {}
     return cls.communication(
-        config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, first_call=first_call
+        CommCase(
+            config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, first_call=first_call
+        )
     )

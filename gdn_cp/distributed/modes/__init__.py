@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 from gdn_cp.distributed.modes.all_gather import AllGatherMode
-from gdn_cp.distributed.modes.base import CPMode
+from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.distributed.modes.p2p import P2PMode
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 from gdn_cp.distributed.modes.ulysses import UlyssesMode
@@ -71,6 +71,7 @@ __all__ = [
     "MODE_CLASSES",
     "SUMMARY_MODES",
     "CPMode",
+    "CommCase",
     "ModeName",
     "SequenceShardMode",
     "check_cp_shapes",

@@ -11,8 +11,8 @@ import torch
 
 from gdn_cp.distributed.collectives import all_gather_stack
 from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
-from gdn_cp.layers import GatedDeltaNetConfig
 from gdn_cp.ops import fold_summaries, pack_summary, unpack_summary
 
 
@@ -27,22 +27,13 @@ class AllGatherMode(SequenceShardMode):
         return cp_size
 
     @classmethod
-    def state_exchange(
-        cls,
-        volume: Volume,
-        config: GatedDeltaNetConfig,
-        *,
-        cp: int,
-        rank: int,
-        batch: int,
-        state_bytes: int,
-        backward: bool,
-    ) -> None:
+    def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
         """One all-gather of the packed [S | M]: (cp - 1) B Hv K (V + K) s each way; the backward moves the
         same volume back, to sum each slot at its owner."""
-        Hv, K, V = config.num_v_heads, config.head_k_dim, config.head_v_dim
-        packed = (cp - 1) * batch * Hv * K * (V + K) * state_bytes
-        passes = 2 if backward else 1
+        c = case.config
+        packed = (case.cp - 1) * case.batch * c.num_v_heads * c.head_k_dim * (c.head_v_dim + c.head_k_dim)
+        packed *= state_bytes
+        passes = 2 if case.backward else 1
         add_volume(volume, "all_gather", passes * packed, passes * packed, passes)
 
     def initial_state(self, S: torch.Tensor, M: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ and calls `check_even_shards` before anything depends on them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -21,6 +22,24 @@ from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.distributed.comm_stats import Volume
 from gdn_cp.distributed.sharding import check_sequence_split
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+
+
+@dataclass(frozen=True, slots=True)
+class CommCase:
+    """What one rank's communication in one pass depends on (the communication model's input)."""
+
+    config: GatedDeltaNetConfig
+    cp: int
+    """Ranks; > 1."""
+    rank: int
+    """This rank, 0 .. cp - 1."""
+    seq_len: int
+    """Global tokens (each rank holds seq_len / cp)."""
+    batch: int
+    backward: bool
+    """Forward and backward (else the forward alone)."""
+    first_call: bool
+    """The layer's first call, or the first after its shard length changed."""
 
 
 class CPMode(ABC):
@@ -58,19 +77,9 @@ class CPMode(ABC):
 
     @classmethod
     @abstractmethod
-    def communication(
-        cls,
-        config: GatedDeltaNetConfig,
-        *,
-        cp: int,
-        rank: int,
-        seq_len: int,
-        batch: int,
-        backward: bool,
-        first_call: bool,
-    ) -> Volume:
-        """Bytes rank `rank` sends and receives in one forward (and backward) at cp > 1, on the layer's
-        first call or a later one (gdn_cp.distributed.comm_model documents the notation)."""
+    def communication(cls, case: CommCase) -> Volume:
+        """Bytes the case's rank sends and receives in one pass at cp > 1 (gdn_cp.distributed.comm_model
+        documents the notation)."""
 
     # -- the call -------------------------------------------------------------------------------------------
 

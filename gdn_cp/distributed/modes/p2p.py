@@ -11,8 +11,8 @@ import torch
 
 from gdn_cp.distributed.collectives import state_chain
 from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
-from gdn_cp.layers import GatedDeltaNetConfig
 
 
 class P2PMode(SequenceShardMode):
@@ -22,23 +22,14 @@ class P2PMode(SequenceShardMode):
     marker = "s"
 
     @classmethod
-    def state_exchange(
-        cls,
-        volume: Volume,
-        config: GatedDeltaNetConfig,
-        *,
-        cp: int,
-        rank: int,
-        batch: int,
-        state_bytes: int,
-        backward: bool,
-    ) -> None:
+    def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
         """One state B Hv K V s from rank r-1 and one to rank r+1; the backward the other way."""
-        state = batch * config.num_v_heads * config.head_k_dim * config.head_v_dim * state_bytes
-        first, last = rank == 0, rank == cp - 1
+        c = case.config
+        state = case.batch * c.num_v_heads * c.head_k_dim * c.head_v_dim * state_bytes
+        first, last = case.rank == 0, case.rank == case.cp - 1
         hops = int(not first) + int(not last)
         add_volume(volume, "p2p", 0 if last else state, 0 if first else state, hops)
-        if backward:
+        if case.backward:
             add_volume(volume, "p2p", 0 if first else state, 0 if last else state, hops)
 
     def initial_state(self, S: torch.Tensor, M: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,9 @@ import torch
 
 from gdn_cp.distributed.collectives import HEADER_DIGITS, exchange_halo_with_lengths
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.modes.base import CPMode
+from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.dtypes import accumulation_dtype
-from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.layers import GatedDeltaNet
 from gdn_cp.ops import causal_conv1d, chunk_outputs, gdn_state_summary, prepare_chunks
 
 
@@ -26,48 +26,30 @@ class SequenceShardMode(CPMode):
     has_summary = True
 
     @classmethod
-    def communication(
-        cls,
-        config: GatedDeltaNetConfig,
-        *,
-        cp: int,
-        rank: int,
-        seq_len: int,
-        batch: int,
-        backward: bool,
-        first_call: bool,
-    ) -> Volume:
+    def communication(cls, case: CommCase) -> Volume:
         """The halo exchange (w = conv_kernel_size - 1, D = 2 Hk K + Hv V, e the dtype's bytes): a length
         header of HEADER_DIGITS elements to and from every other rank, and B w D elements of tail to each of
         the next min(w, cp - 1 - r) ranks (received from min(w, r) earlier ones); the backward sends the
         same volume back. Then the mode's own exchange (`state_exchange`)."""
+        config, cp, rank = case.config, case.cp, case.rank
         e = torch.empty((), dtype=config.dtype).element_size()
         width = config.conv_kernel_size - 1
-        tail = batch * width * config.conv_dim * e
+        tail = case.batch * width * config.conv_dim * e
         header = HEADER_DIGITS * e * (cp - 1)
         sent = header + tail * min(width, cp - 1 - rank)
         received = header + tail * min(width, rank)
         volume: Volume = {}
         add_volume(volume, "halo", sent, received)
-        if backward:
+        if case.backward:
             add_volume(volume, "halo", received, sent)
-        s = torch.empty((), dtype=accumulation_dtype(config.dtype)).element_size()
-        cls.state_exchange(volume, config, cp=cp, rank=rank, batch=batch, state_bytes=s, backward=backward)
+        cls.state_exchange(
+            volume, case, torch.empty((), dtype=accumulation_dtype(config.dtype)).element_size()
+        )
         return volume
 
     @classmethod
     @abstractmethod
-    def state_exchange(
-        cls,
-        volume: Volume,
-        config: GatedDeltaNetConfig,
-        *,
-        cp: int,
-        rank: int,
-        batch: int,
-        state_bytes: int,
-        backward: bool,
-    ) -> None:
+    def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
         """Add to `volume` what `initial_state` moves (states in the accumulation dtype: `state_bytes`)."""
 
     def forward_shard(self, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:

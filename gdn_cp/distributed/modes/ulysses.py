@@ -18,7 +18,7 @@ import torch
 
 from gdn_cp.distributed.collectives import all_gather_stack, all_to_all
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.modes.base import CPMode
+from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.ops import causal_conv1d
 
@@ -52,27 +52,18 @@ class UlyssesMode(CPMode):
             )
 
     @classmethod
-    def communication(
-        cls,
-        config: GatedDeltaNetConfig,
-        *,
-        cp: int,
-        rank: int,
-        seq_len: int,
-        batch: int,
-        backward: bool,
-        first_call: bool,
-    ) -> Volume:
+    def communication(cls, case: CommCase) -> Volume:
         """Per all-to-all, each way (forward: 2, backward: 2 more), with L = T / cp and e the dtype's bytes:
         Q/K/V/B/A out B L (cp - 1) (2 Hk K + Hv V + 2 Hv) / cp e; outputs back B L (cp - 1) Hv V / cp e.
         On a layer's first call, the length check: 8 (cp - 1) bytes each way (all_gather)."""
+        config, cp, batch = case.config, case.cp, case.batch
         e = torch.empty((), dtype=config.dtype).element_size()
-        L, passes = seq_len // cp, 2 if backward else 1
+        L, passes = case.seq_len // cp, 2 if case.backward else 1
         Hk, Hv, K, V = config.num_k_heads, config.num_v_heads, config.head_k_dim, config.head_v_dim
         packed = batch * L * (cp - 1) * (2 * Hk * K + Hv * V + 2 * Hv) // cp * e
         outputs = batch * L * (cp - 1) * Hv * V // cp * e
         volume: Volume = {}
-        if first_call:
+        if case.first_call:
             moved = LENGTH_CHECK_BYTES * (cp - 1)
             add_volume(volume, "all_gather", moved, moved)
         add_volume(volume, "all_to_all", passes * (packed + outputs), passes * (packed + outputs), 2 * passes)
