@@ -369,14 +369,16 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_o, d_final):
         q, k, v, gamma, beta, A, block_states = ctx.saved_tensors
-        # dO arrives as a strided view of the caller's [B, T, Hv, V]: one copy here, not one per product.
-        d_o = torch.zeros_like(v) if d_o is None else d_o.contiguous()
+        d_o = torch.zeros_like(v) if d_o is None else d_o
         dh = v.new_zeros(*v.shape[:3], k.shape[-1], v.shape[-1]) if d_final is None else d_final
         # Each block's gradients are written once into their place (no autograd here, so in place is O(T)).
         out = [torch.empty_like(t) for t in (q, k, v, gamma, beta)]
         for b in range(block_states.shape[3] - 1, -1, -1):
             span = slice(b * BACKWARD_BLOCK, (b + 1) * BACKWARD_BLOCK)
             *inputs, A_block, d_o_block = (t[:, :, :, span] for t in (q, k, v, gamma, beta, A, d_o))
+            # dO arrives as a strided view of the caller's [B, T, Hv, V]: one copy of the block, not one per
+            # product that reads it.
+            d_o_block = d_o_block.contiguous()
             decays = _decays(inputs[3])
             inter, _ = _prepare_fwd(*inputs, A=A_block, decays=decays)
             states, v_new, _ = _scan_states(inter[1], inter[2], inter[3], inter[5], block_states[:, :, :, b])
