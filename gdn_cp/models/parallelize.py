@@ -10,6 +10,7 @@ from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel, as_process_group
 from gdn_cp.distributed.modes import DEFAULT_MODE
 from gdn_cp.models.qwen35_hybrid import Qwen35Hybrid
+from gdn_cp.models.ulysses_attention import check_attention_heads
 
 
 def apply_context_parallel(
@@ -27,11 +28,8 @@ def apply_context_parallel(
     group = as_process_group(cp_group)
     _, cp = group_rank_size(group)
     c = model.config
-    if any(t == "full_attention" for t in c.layer_types) and c.num_attention_heads % cp:
-        raise ValueError(
-            f"full attention shards heads over cp={cp}, but num_attention_heads={c.num_attention_heads} is "
-            f"not divisible by {cp}; choose a cp that divides it"
-        )
+    if any(t == "full_attention" for t in c.layer_types):
+        check_attention_heads(c.num_attention_heads, cp)
     style = LinearAttentionContextParallel(mode=linear_attention_mode, checkpoint_summary=checkpoint_summary)
     for layer in model.layers:
         if layer.layer_type == "linear_attention":

@@ -17,9 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed import ProcessGroup
 
-from gdn_cp.distributed.collectives import all_to_all, group_rank_size
+from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.dtypes import accumulation_dtype, to_dtype
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.models.ulysses_attention import causal_attention
 
 LayerType = Literal["linear_attention", "full_attention"]
 
@@ -151,22 +152,8 @@ class FullAttention(nn.Module):
         q = self._rope(self.q_norm(q), positions)
         k = self._rope(self.k_norm(self.k_proj(x).view(B, L, -1, c.head_dim)), positions)
         v = self.v_proj(x).view(B, L, -1, c.head_dim)
-        _, cp = group_rank_size(self.cp_group) if self.cp_group is not None else (0, 1)
-        if cp > 1:
-            if c.num_key_value_heads % cp:  # too few kv heads to shard: give every query head its own
-                k = k.repeat_interleave(c.num_attention_heads // c.num_key_value_heads, dim=2)
-                v = v.repeat_interleave(c.num_attention_heads // c.num_key_value_heads, dim=2)
-            q, k, v = (all_to_all(t, scatter_dim=2, gather_dim=1, group=self.cp_group) for t in (q, k, v))
-        o = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            is_causal=True,
-            enable_gqa=q.shape[2] != k.shape[2],
-        ).transpose(1, 2)
-        if cp > 1:
-            o = all_to_all(o, scatter_dim=1, gather_dim=2, group=self.cp_group)
-        o = o.reshape(B, L, -1) * torch.sigmoid(gate.reshape(B, L, -1))
+        o = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.cp_group)
+        o = o.transpose(1, 2).reshape(B, L, -1) * torch.sigmoid(gate.reshape(B, L, -1))
         return self.o_proj(o)
 
 

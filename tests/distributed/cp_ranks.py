@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
 from gdn_cp import GatedDeltaNet, GatedDeltaNetConfig, LinearAttentionContextParallel
 from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp, error_stats
@@ -29,6 +31,7 @@ from gdn_cp.distributed import (
 )
 from gdn_cp.distributed.comm_model import layer_communication
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
+from gdn_cp.models.qwen35_transformers import apply_context_parallel_to_qwen35, use_gdn_cp_layers
 from gdn_cp.ops import fold_summaries
 
 LAYER = {
@@ -121,6 +124,7 @@ def run_world(world: int) -> dict[str, Any]:
     }
     if world in HYBRID_WORLDS:
         out["hybrid"] = {m: hybrid_comparison(m, 8 * world, "fp64") for m in MODES}
+        out["transformers_qwen35"] = {m: transformers_qwen35_comparison(m, 8 * world) for m in MODES}
     if world == 2:
         out["errors"] = error_messages()
         out["parallel_style"] = parallel_style_checks()
@@ -322,6 +326,55 @@ def hybrid_comparison(mode: str, seq_len: int, dtype: str) -> dict[str, float]:
         errors[name] = (
             error_stats(p.grad, ref_params[name].grad).rel_max if p.grad is not None else float("inf")
         )
+    return errors
+
+
+# --- transformers' Qwen3.5 under CP -------------------------------------------------------------------------
+
+QWEN35_CONFIG = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 4,  # 3 linear : 1 full attention
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 64,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+}
+"""A tiny Qwen3.5 text model whose heads split over 2 and 4 ranks."""
+
+
+def transformers_qwen35_comparison(mode: str, seq_len: int) -> dict[str, float]:
+    """transformers' Qwen3_5ForCausalLM under CP (apply_context_parallel_to_qwen35) against the same model on
+    one rank with gdn_cp's GDN layers (use_gdn_cp_layers), in fp64: logits, a global loss, every gradient.
+    Returns errors relative to the reference's scale, and "names" (1.0 when the state_dict's names and shapes
+    are the original model's)."""
+    torch.manual_seed(0)
+    hf = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**QWEN35_CONFIG)).double()
+    ref = use_gdn_cp_layers(copy.deepcopy(hf))
+    model = apply_context_parallel_to_qwen35(copy.deepcopy(hf), linear_attention_mode=mode)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, QWEN35_CONFIG["vocab_size"], (2, seq_len), generator=gen)
+    weights = torch.randn(2, seq_len, QWEN35_CONFIG["vocab_size"], generator=gen, dtype=torch.float64)
+    positions = torch.arange(seq_len).expand(2, seq_len)
+
+    logits = model(
+        input_ids=shard_sequence(ids), position_ids=shard_sequence(positions), use_cache=False
+    ).logits
+    (logits * shard_sequence(weights)).sum().backward()
+    all_reduce_gradients(model.parameters())
+    ref_logits = ref(input_ids=ids, use_cache=False).logits
+    (ref_logits * weights).sum().backward()
+    errors = {"logits": error_stats(gather_sequence(logits.detach()), ref_logits).rel_max}
+    ref_params = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        grad = ref_params[name].grad
+        errors[name] = error_stats(p.grad, grad).rel_max if p.grad is not None else float("inf")
+    shapes = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
+    errors["names"] = float({k: tuple(v.shape) for k, v in model.state_dict().items()} == shapes)
     return errors
 
 
