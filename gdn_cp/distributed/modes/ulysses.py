@@ -15,6 +15,7 @@ changes (every rank's changes with the global length), never in the steady state
 from __future__ import annotations
 
 import torch
+from torch.distributed import ProcessGroup
 
 from gdn_cp.distributed.collectives import all_gather_stack, all_to_all
 from gdn_cp.distributed.comm_stats import Volume, add_volume
@@ -33,7 +34,7 @@ class UlyssesMode(CPMode):
     color = "#1f77b4"
     marker = "o"
 
-    def __init__(self, group, checkpoint_summary: bool) -> None:
+    def __init__(self, group: ProcessGroup | None, checkpoint_summary: bool) -> None:
         super().__init__(group, checkpoint_summary)
         self._checked_length: int | None = None
 
