@@ -15,7 +15,15 @@ from bench.launch.estimate import estimate_peak_bytes
 from bench.launch.preflight import check_cases
 from bench.results.tables import format_checkpoint, format_tokens
 from bench.suite.filters import parse_filters
-from bench.suite.loader import ConfigError, display, load_suite, parse_overrides, scenario_names
+from bench.suite.loader import (
+    ConfigError,
+    Suite,
+    display,
+    load_suite,
+    no_scenarios_error,
+    parse_overrides,
+    scenario_names,
+)
 from bench.suite.selection import select
 
 NAME = "list"
@@ -33,7 +41,12 @@ def main(args: argparse.Namespace) -> int:
     return run(args.scenarios, sets=args.sets, filters=args.filters, config=args.config)
 
 
-def _list_scenarios(suite, console: Console) -> None:
+def _list_scenarios(suite: Suite, console: Console) -> None:
+    """The suite's scenarios with their case counts; ConfigError when it has none (where it looked, and the
+    fix)."""
+    missing = no_scenarios_error(suite)
+    if missing is not None:
+        raise missing
     t = Table(title=f"scenarios in {escape(display(suite.scenarios_dir))}", title_justify="left")
     t.add_column("name")
     t.add_column("cases", justify="right")

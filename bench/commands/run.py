@@ -11,12 +11,20 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args, show
-from bench.commands.session import console_for, new_result_writer, run_environment
+from bench.commands.session import (
+    command_argv,
+    console_for,
+    new_result_writer,
+    new_run,
+    run_environment,
+)
 from bench.commands.verify import is_verification_run
 from bench.console import case_progress
 from bench.console import console as default_console
@@ -34,7 +42,7 @@ from bench.launch.launcher import (
 from bench.launch.sweep import run_cases
 from bench.measure.rank import measure_on_rank
 from bench.results.env import Environment
-from bench.results.store import CaseResult, ResultWriter
+from bench.results.store import CaseResult, ResultWriter, RunResult
 from bench.results.tables import case_line
 from bench.suite.config import Case
 from bench.suite.filters import parse_filters
@@ -131,6 +139,18 @@ def _open_resumed(
     return writer
 
 
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What a `bench run` did: its exit code (see the module docstring) and its results."""
+
+    exit_code: int
+    run: RunResult
+    """The run's record: the result file's contents (in memory only on a torchrun rank other than 0, whose
+    leader writes the file)."""
+    path: Path | None
+    """The result file; None on a torchrun rank other than 0."""
+
+
 def run(
     scenarios: Sequence[str] = (),
     *,
@@ -144,6 +164,33 @@ def run(
     console: Console | None = None,
 ) -> int:
     """Run the scenarios' cases and write their results; returns the exit code (see the module docstring).
+    The arguments are execute's."""
+    return execute(
+        scenarios,
+        sets=sets,
+        filters=filters,
+        device=device,
+        output=output,
+        resume=resume,
+        config=config,
+        rank_fn=rank_fn,
+        console=console,
+    ).exit_code
+
+
+def execute(
+    scenarios: Sequence[str] = (),
+    *,
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    device: str | None = None,
+    output: str | None = None,
+    resume: str | None = None,
+    config: str | None = None,
+    rank_fn: RankFn = measure_on_rank,
+    console: Console | None = None,
+) -> RunOutcome:
+    """Run the scenarios' cases and write their results: the one code path of `bench run` and bench.api.run.
 
     Args:
         scenarios: names in the suite's scenarios folder or .yaml paths; none: the suite's default_scenario
@@ -154,6 +201,7 @@ def run(
         resume: an earlier result file: its ok cases are skipped, the others run and are written to it
         config: bench.yaml path; default ./bench.yaml
         rank_fn: what each rank runs (bench.measure.rank.measure_on_rank); a test hook to inject failures
+        console: where progress and tables go (default: the terminal)
     """
     console = console or default_console
     if output and resume:
@@ -165,26 +213,39 @@ def run(
     selections = select(suite, scenarios, overrides, parse_filters(filters))
     require_cases(selections, filters)
     cases: list[Case] = [c for s in selections for c in s.cases]
-    names = [s.scenario.name for s in selections]
+    name = "+".join(s.scenario.name for s in selections)
     platform = resolve_platform(run_device(suite.config.device, selections))
     job = torchrun_env()
     launcher = prepare_launch(platform, job, suite, selections, rank_fn)
 
     leader = leads(job)
     console = console_for(job, console)
+    command: list[str] | None = None
     if resume:
         env = run_environment(suite, selections, platform, job)
         opened = _open_resumed(resume, selections, env, job)  # every rank reads it: same skips
         done = opened.run.ok_keys()
-        writer = opened if leader else None
+        writer = opened if leader else None  # the file keeps the command line of the run it began with
         console.print(f"resuming {escape(resume)}: {len(done)} cases done")
     else:
         done = set()
+        command = command_argv(
+            NAME,
+            scenarios,
+            sets=sets,
+            filters=filters,
+            device=device,
+            config=config,
+            extra=["--output", output] if output else [],
+        )
         writer = (
-            new_result_writer(output, "+".join(names), suite, selections, platform, job, resumable=True)
+            new_result_writer(output, name, suite, selections, platform, job, resumable=True, command=command)
             if leader
             else None
         )
+    # a torchrun follower keeps its record in memory: the leader writes the file
+    record = writer.run if writer is not None else new_run(name, suite, selections, platform, job, command)
+    path = None if writer is None else writer.path
     todo = [c for c in cases if c.key() not in done]
     if leader:
         warn_oversubscription(todo, launcher)
@@ -197,12 +258,15 @@ def run(
                 f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
                 f"continue with `{escape(again)}`"
             )
-        return 130
-    if writer is not None:
+        return RunOutcome(exit_code=130, run=record, path=path)
+    if writer is None:
+        record.cases = list(results)
+    else:
         console.print()
         show.render(writer.run, console)
         console.print(f"results: {escape(display(writer.path))}")
-    return 2 if any(r.status == "failed" for r in results) else 0
+    code = 2 if any(r.status == "failed" for r in results) else 0
+    return RunOutcome(exit_code=code, run=record, path=path)
 
 
 def resume_command(
@@ -215,15 +279,10 @@ def resume_command(
 ) -> str:
     """The `bench run` command line that continues this run in `path`: the same scenario words, --set,
     --filter, --device and --config (a resume checks that the scenarios are the same), quoted for a shell."""
-    argv = ["bench", "run", *scenarios]
-    for flag, values in (("--set", sets), ("--filter", filters)):
-        for value in values:
-            argv += [flag, value]
-    if device is not None:
-        argv += ["--device", device]
-    if config is not None:
-        argv += ["--config", config]
-    return shlex.join([*argv, "--resume", path])
+    argv = command_argv(
+        NAME, scenarios, sets=sets, filters=filters, device=device, config=config, extra=["--resume", path]
+    )
+    return shlex.join(argv)
 
 
 def _run_with_progress(

@@ -51,6 +51,49 @@ def _exists_error(output: str, resumable: bool) -> UserError:
     )
 
 
+def command_argv(
+    verb: str,
+    scenarios: Sequence[str],
+    *,
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    device: str | None = None,
+    config: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The `bench VERB` command line of a run, as argv: the scenario words, --set, --filter, --device,
+    --config, then `extra` (the command's own flags). What a result file records (RunResult.command), and
+    what `bench run` prints to continue an interrupted run; the same whether the run came from the command
+    line or from Python (bench.api)."""
+    argv = ["bench", verb, *scenarios]
+    for flag, values in (("--set", sets), ("--filter", filters)):
+        for value in values:
+            argv += [flag, value]
+    if device is not None:
+        argv += ["--device", device]
+    if config is not None:
+        argv += ["--config", config]
+    return [*argv, *extra]
+
+
+def new_run(
+    name: str,
+    suite: Suite,
+    selections: Sequence[Selection],
+    platform: Platform,
+    job: TorchrunEnv | None,
+    command: Sequence[str] | None = None,
+) -> RunResult:
+    """An empty run of the selections' cases, with this machine's environment (the header of its file)."""
+    return RunResult(
+        name=name,
+        environment=run_environment(suite, selections, platform, job),
+        suite=suite.config.to_dict(),
+        scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
+        command=None if command is None else list(command),
+    )
+
+
 def new_result_writer(
     output: str | None,
     name: str,
@@ -60,11 +103,14 @@ def new_result_writer(
     job: TorchrunEnv | None,
     *,
     resumable: bool = False,
+    command: Sequence[str] | None = None,
 ) -> ResultWriter:
-    """A new result file for the selections' cases, with this machine's environment: `output`, else
+    """A new result file for the selections' cases, with this machine's environment and the command line
+    that ran them (`command`, see command_argv): `output`, else
     <results_dir>/<date>-<branch>-<commit>-<name>.json (-2, -3, ... when taken). An existing `output`, or
     a path that cannot be written, is a UserError (`resumable`: the command has --resume to suggest)."""
-    env = run_environment(suite, selections, platform, job)
+    run = new_run(name, suite, selections, platform, job, command)
+    env = run.environment
     if output:
         _check_new_output(output, resumable)
         path = Path(output)
@@ -74,12 +120,6 @@ def new_result_writer(
             datetime.datetime.now(), env.git_branch, env.git_commit, name
         )
         where, fix = display(path), "set results_dir in bench.yaml, or give --output FILE"
-    run = RunResult(
-        name=name,
-        environment=env,
-        suite=suite.config.to_dict(),
-        scenarios={s.scenario.name: s.scenario.to_dict() for s in selections},
-    )
     try:
         return ResultWriter(path, run, numbered=not output)
     except OSError as exc:

@@ -1,18 +1,27 @@
 """`bench show RESULT`: a result file as the PR's tables (mode | forward median | forward+backward median |
 peak allocated, per CP degree and sequence length), then the cases that failed or were skipped, with why,
-then the accuracy checks of `bench verify`, if the file holds any."""
+then the accuracy checks of `bench verify`, if the file holds any. `--format markdown` renders the same
+tables as a markdown document (bench.render.document); `--format json` prints the file's cases as the rows
+of `bench export` (bench.results.export)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from bench.console import console as default_console
+from bench.errors import UserError, first_line
+from bench.render.document import Paragraph, Section, document_blocks, render_markdown
+from bench.results.export import export_rows
 from bench.results.store import RunResult, load_result
 from bench.results.tables import (
+    TableData,
     not_measured,
     print_tables,
     reference_table_data,
@@ -23,46 +32,65 @@ from bench.verification.tables import verification_tables
 
 NAME = "show"
 HELP = "Show a result file as tables shaped like the reference PR's (per CP degree and sequence length)."
+FORMATS = ("text", "markdown", "json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("result", metavar="RESULT", help="a result file written by `bench run`")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text: tables for the terminal (default); markdown: the same tables as a markdown document; "
+        "json: the file's cases as rows of data (those of `bench export`)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    return run(args.result)
+    return run(args.result, format=args.format)
 
 
-def _header(run: RunResult) -> str:
+def header_lines(run: RunResult) -> list[str]:
+    """The run in plain text: name, date, branch and commit; device, host and software; the command."""
     e = run.environment
     commit = e.git_commit[:8] + (" (dirty)" if e.git_dirty else "")
     npu = f", torch-npu {e.torch_npu_version}" if e.torch_npu_version else ""
     threads = sorted({c.threads_per_rank for c in run.cases if c.threads_per_rank is not None})
     configured = "" if e.threads_per_rank is None else " (configured)"
     used = "/".join(map(str, threads)) + configured if threads else "-"
-    return (
-        f"[bold]{escape(run.name)}[/]  {escape(run.created_at)}  {escape(e.git_branch)} @ {escape(commit)}\n"
-        f"{escape(e.device_type)} ({escape(e.device_name)}, {escape(e.backend)}) on {escape(e.hostname)}: "
-        f"{escape(e.cpu_model)}, {e.cpu_count} cores; threads per rank {used}; launcher {e.launcher}; "
-        f"torch {escape(e.torch_version)}{escape(npu)}, python {e.python_version}"
-    )
+    lines = [
+        f"{run.name}  {run.created_at}  {e.git_branch} @ {commit}",
+        f"{e.device_type} ({e.device_name}, {e.backend}) on {e.hostname}: {e.cpu_model}, {e.cpu_count} "
+        f"cores; threads per rank {used}; launcher {e.launcher}; torch {e.torch_version}{npu}, python "
+        f"{e.python_version}",
+    ]
+    if run.command is not None:
+        lines.append(f"command: {shlex.join(run.command)}")
+    return lines
+
+
+def notes(run: RunResult) -> list[str]:
+    """The lines under the reference tables: what the numbers are."""
+    meters = sorted({c.memory.meter for c in run.cases if c.memory is not None})
+    out = ["medians over repeats of the rank-max elapsed time"]
+    if any(c.timing is not None and c.timing.noisy for c in run.cases):
+        out.append("* noisy: IQR/median > 10%")
+    if meters:
+        out.append(
+            "peak allocated: rank-max of one forward+backward pass ((fwd): forward only), parameters and "
+            f"input included; meter {', '.join(meters)}"
+        )
+    return out
 
 
 def render(run: RunResult, console: Console) -> None:
     """Print the header, the reference-shaped tables and the not-measured cases."""
-    console.print(_header(run))
-    meters = sorted({c.memory.meter for c in run.cases if c.memory is not None})
-    noisy = any(c.timing is not None and c.timing.noisy for c in run.cases)
+    first, *rest = header_lines(run)
+    console.print(
+        "\n".join([f"[bold]{escape(run.name)}[/]{escape(first[len(run.name) :])}", *map(escape, rest)])
+    )
     print_tables([reference_table_data(t, run) for t in reference_tables(run)], console)
-    notes = ["medians over repeats of the rank-max elapsed time"]
-    if noisy:
-        notes.append("* noisy: IQR/median > 10%")
-    if meters:
-        notes.append(
-            "peak allocated: rank-max of one forward+backward pass ((fwd): forward only), parameters and "
-            f"input included; meter {', '.join(meters)}"
-        )
-    for note in notes:
+    for note in notes(run):
         console.print(note, style="dim")
     throughput = throughput_table(run)
     if throughput is not None:
@@ -80,7 +108,39 @@ def render(run: RunResult, console: Console) -> None:
     print_tables(verification_tables(run.verifications), console)
 
 
-def run(result: str, *, console: Console | None = None) -> int:
-    """Print `result`; UserError if it cannot be read."""
-    render(load_result(result), console or default_console)
+def markdown(run: RunResult) -> str:
+    """The same tables as `render`, as a markdown document (bench.render.document)."""
+    reference = [reference_table_data(t, run) for t in reference_tables(run)]
+    if reference:
+        reference[-1].notes += notes(run)
+    throughput = throughput_table(run)
+    missing = [[r.key, r.status, first_line(r.error)] for r in not_measured(run)]
+    tables = [
+        *reference,
+        *([throughput] if throughput is not None else []),
+        *(
+            [TableData(title="not measured", headers=["case", "status", "reason"], rows=missing)]
+            if missing
+            else []
+        ),
+        *verification_tables(run.verifications),
+    ]
+    blocks = [Paragraph(text=line) for line in header_lines(run)[1:]] + document_blocks(tables)
+    title = header_lines(run)[0]
+    return render_markdown(title, [Section(title="results", blocks=blocks)], charts=None)
+
+
+def run(result: str, *, format: str = "text", console: Console | None = None) -> int:
+    """Print `result` in `format` (FORMATS); UserError if it cannot be read."""
+    console = console or default_console
+    loaded = load_result(result)
+    if format == "text":
+        render(loaded, console)
+    elif format == "markdown":
+        console.out(markdown(loaded), end="", highlight=False)
+    elif format == "json":
+        rows = export_rows(loaded, Path(result).name)
+        console.out(json.dumps(rows, indent=1), highlight=False)
+    else:
+        raise UserError(f"--format {format}: unknown format; use one of {', '.join(FORMATS)}")
     return 0

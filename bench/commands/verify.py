@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
-from bench.commands.session import console_for, new_result_writer
+from bench.commands.session import command_argv, console_for, new_result_writer
 from bench.console import case_progress
 from bench.console import console as default_console
 from bench.errors import UserError, first_line
@@ -300,7 +300,15 @@ def run(
     leader = leads(job)
     console = console_for(job, console)
     name = run_name(names, train=train is not None)
-    writer = new_result_writer(output, name, suite, selections, platform, job) if leader else None
+    extra = [*(["--seeds", str(seeds)] if seeds != 1 else []), *(["--output", output] if output else [])]
+    if train is not None:
+        extra[:0] = ["--train"] if train == TRAIN_FROM_SCENARIO else ["--train", str(train)]
+    command = command_argv(
+        NAME, scenarios, sets=sets, filters=filters, device=device, config=config, extra=extra
+    )
+    writer = (
+        new_result_writer(output, name, suite, selections, platform, job, command=command) if leader else None
+    )
     todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
     if leader:
         warn_oversubscription([c for _, c in todo], launcher)

@@ -20,10 +20,11 @@ import torch
 
 from gdn_cp.distributed import Platform
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout whose code is benchmarked (bench and gdn_cp live side by side)."""
-CODE_PATHS = ("gdn_cp", "bench", "scenarios", "bench.yaml", "pyproject.toml")
-"""Paths whose uncommitted changes make a run dirty (results/ and plots/ do not)."""
+CODE_PATHS = ("gdn_cp", "bench", "bench.yaml", "pyproject.toml")
+"""Paths whose uncommitted changes make a run dirty (results/ and plots/ do not; the scenarios are in
+bench/defaults)."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,5 +1,6 @@
 """Names for new files and folders that never reuse an existing one: result files, chart and profile
-folders. Names made from the time have one-second resolution, so a taken name gets -2, -3, ... instead."""
+folders (and `write_new` for a file that a command is told to write, such as `bench export --out`). Names
+made from the time have one-second resolution, so a taken name gets -2, -3, ... instead."""
 
 from __future__ import annotations
 
@@ -32,3 +33,10 @@ def new_folder(path: Path) -> Path:
         with contextlib.suppress(FileExistsError):
             candidate.mkdir()
             return candidate
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write `text` to a new file at `path`: FileExistsError when the name is taken (the file is claimed
+    with O_EXCL, so that nothing is ever written over an existing file)."""
+    with path.open("x", encoding="utf-8", newline="") as f:
+        f.write(text)

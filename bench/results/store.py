@@ -10,9 +10,11 @@ valid file holding every case finished so far; `bench run --resume FILE` continu
 
 Layout (schema_version 1): {schema_version, name, created_at, environment: {...}, suite: {...},
 scenarios: {name: definition}, cases: [{params: {...case...}, status, error, samples_s: [rank][repeat],
-timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}], verifications: [{kind, params, ...}]}.
-Times are in seconds, memory in bytes. `verifications` (the records of `bench verify`, see
-bench/verification/records.py) is optional: files written before it existed load with none.
+timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}], verifications: [{kind, params, ...}],
+command: [argv...]}. Times are in seconds, memory in bytes. `verifications` (the records of `bench verify`,
+see bench/results/verifications.py) and `command` (the argv of the run) are optional: files written before
+they existed load with none. docs/result-schema.json is the JSON Schema of the layout
+(bench.results.schema generates it).
 """
 
 from __future__ import annotations
@@ -162,6 +164,9 @@ class RunResult:
     schema_version: int = SCHEMA_VERSION
     verifications: list[Verification] = field(default_factory=list)
     """`bench verify` records (layer comparisons, training trajectories), in the order they finished."""
+    command: list[str] | None = None
+    """The command line that made the run, as argv (`["bench", "run", "cpu-smoke", "--set", "repeat=3"]`);
+    None in files written before it was recorded, and for runs not made by `bench run` or `bench verify`."""
 
     def get(self, key: str) -> CaseResult | None:
         return next((c for c in self.cases if c.key == key), None)
@@ -179,6 +184,7 @@ class RunResult:
             "scenarios": self.scenarios,
             "cases": [c.to_dict() for c in self.cases],
             "verifications": [v.to_dict() for v in self.verifications],
+            "command": self.command,
         }
 
     @classmethod
@@ -192,6 +198,7 @@ class RunResult:
             scenarios=data["scenarios"],
             cases=[CaseResult.from_dict(c) for c in data["cases"]],
             verifications=[verification_from_dict(v) for v in data.get("verifications", [])],
+            command=data.get("command"),
         )
 
 
@@ -248,6 +255,11 @@ def load_result(path: str | Path) -> RunResult:
 def _check_types(run: RunResult) -> None:
     """FieldError("cases[i].timing.median_s", ...) for a value that its field's annotation does not allow
     (e.g. `median_s: "fast"`), so that a bad file is refused on reading instead of failing in a table."""
+    command = run.command
+    if command is not None and not (isinstance(command, list) and all(isinstance(a, str) for a in command)):
+        raise FieldError(
+            "command", f"expected a list of strings (argv) or null, got {command!r}; fix the value"
+        )
     parts: list[tuple[str, Any]] = [("environment", run.environment)]
     for i, c in enumerate(run.cases):
         parts += [(f"cases[{i}]", c), (f"cases[{i}].timing", c.timing), (f"cases[{i}].memory", c.memory)]

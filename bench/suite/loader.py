@@ -27,6 +27,15 @@ from bench.errors import FieldError, UserError, first_line, suggest
 from bench.suite.config import Scenario, SuiteConfig, Sweep, TrainSettings, yaml_key, yaml_keys
 
 SUITE_FILE = "bench.yaml"
+DEFAULTS_DIR = Path(__file__).resolve().parent.parent / "defaults"
+"""bench's packaged defaults (package data, pyproject's [tool.setuptools.package-data]): a suite file and
+the scenarios, used from any folder without a bench.yaml and written out by `bench init`."""
+PACKAGED_SUITE = DEFAULTS_DIR / SUITE_FILE
+PACKAGED_SCENARIOS = DEFAULTS_DIR / "scenarios"
+INIT_FIX = (
+    "write the packaged defaults (a bench.yaml and a scenarios/ folder) into a new folder with `bench init "
+    "FOLDER`"
+)
 
 SUITE_KEYS = yaml_keys(SuiteConfig)
 SWEEP_KEYS = yaml_keys(Sweep)
@@ -224,7 +233,12 @@ class Suite:
 
     @property
     def scenarios_dir(self) -> Path:
-        return self.root / self.config.scenarios_dir
+        """The suite's scenarios folder; without a bench.yaml, ./scenarios when there is one, else the
+        packaged scenarios (PACKAGED_SCENARIOS), so that `bench` works from any folder."""
+        local = self.root / self.config.scenarios_dir
+        if self.path is None and not local.is_dir():
+            return PACKAGED_SCENARIOS
+        return local
 
     @property
     def results_dir(self) -> Path:
@@ -236,12 +250,14 @@ class Suite:
 
 
 def load_suite(path: str | Path | None = None, overrides: Iterable[Override] = ()) -> Suite:
-    """bench.yaml at `path`, else ./bench.yaml if present, else the defaults; --set suite keys applied."""
+    """bench.yaml at `path`, else ./bench.yaml if present, else the packaged defaults (PACKAGED_SUITE, with
+    its paths relative to the working directory: results go to ./results); --set suite keys applied."""
     overrides = [o for o in overrides if o.key in SUITE_KEYS]
     if path is None and Path(SUITE_FILE).is_file():
         path = SUITE_FILE
     if path is None:
-        data, lines, root, file = {}, {}, Path.cwd(), None
+        data = _read_yaml(PACKAGED_SUITE)[0] if PACKAGED_SUITE.is_file() else {}
+        lines, root, file = {}, Path.cwd(), None
     else:
         file = Path(path)
         if not file.is_file():
@@ -264,6 +280,24 @@ def scenario_names(suite: Suite) -> list[str]:
     return sorted(p.stem for p in suite.scenarios_dir.glob("*.yaml"))
 
 
+def no_scenarios_error(suite: Suite) -> ConfigError | None:
+    """The error for a suite whose scenarios folder is missing or holds no scenario file (naming where it
+    looked and the fix), or None when it has scenarios."""
+    folder = suite.scenarios_dir
+    if scenario_names(suite):
+        return None
+    problem = "holds no scenario files (*.yaml)" if folder.is_dir() else "does not exist"
+    if suite.path is None:  # the packaged scenarios are gone: a broken install
+        return ConfigError(
+            f"no scenarios: the packaged folder {folder} {problem}; reinstall bench (pip install -e . in its "
+            "checkout), or give a scenario file's path"
+        )
+    return ConfigError(
+        f"no scenarios: {display(folder)}, the scenarios_dir of {display(suite.path)}, {problem}; add "
+        f"scenario files there or set scenarios_dir in {display(suite.path)}, or {INIT_FIX}"
+    )
+
+
 def find_scenario(suite: Suite, name_or_path: str) -> Path:
     """A scenario name (looked up in the suite's scenarios folder) or a path to a .yaml file."""
     if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
@@ -273,8 +307,10 @@ def find_scenario(suite: Suite, name_or_path: str) -> Path:
         return path
     path = suite.scenarios_dir / f"{name_or_path}.yaml"
     if not path.is_file():
-        names = scenario_names(suite)
-        hint = suggest(name_or_path, names) if names else f"{display(suite.scenarios_dir)} has no scenarios"
+        missing = no_scenarios_error(suite)
+        if missing is not None:
+            raise ConfigError(f"scenario '{name_or_path}': {missing}")
+        hint = suggest(name_or_path, scenario_names(suite))
         raise ConfigError(f"scenario '{name_or_path}': no {display(path)}; {hint} (see `bench list`)")
     return path
 

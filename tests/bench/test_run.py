@@ -37,6 +37,7 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
     assert [c.case.case_id for c in first.cases] == ["ulysses-cp1-T64-fwd_bwd", "p2p-ckpt-cp1-T64-fwd_bwd"]
     assert first.environment.device_type == "cpu" and first.environment.launcher == "local"
     assert first.scenarios["tiny"]["cp"] == [1, 2] and first.suite["repeat"] == 2
+    assert first.command == ["bench", "run", "tiny", "--filter", "cp=1", "--output", str(out)]
 
     # resume without the filter: the two cp=2 cases run, the cp=1 ones are kept as they were
     assert run_command.run(["tiny"], resume=str(out)) == 0
@@ -48,6 +49,7 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
         "p2p-ckpt-cp2-T64-fwd_bwd",
     ]
     assert run.cases[:2] == first.cases
+    assert run.command == first.command  # the file keeps the command line of the run it began with
     for result in run.cases:
         case = result.case
         assert result.status == "ok" and result.error is None

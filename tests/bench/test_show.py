@@ -8,7 +8,7 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import show
-from bench.results.store import load_result
+from bench.results.store import load_result, save_result
 from bench.results.tables import format_ms, format_tokens, not_measured, reference_tables
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -91,3 +91,26 @@ def test_a_folder_or_a_binary_file_is_one_red_line(tmp_path: Path, capsys):
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_show_markdown_renders_the_same_tables(capsys):
+    assert main(["show", str(FIXTURES / "ablation.json"), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# tiny-ablation  ")
+    assert "**tiny-ablation: CP1 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)**" in text
+    assert (
+        "| global seq | mode | summary ckpt | forward median | forward+backward median | peak allocated |"
+        in text
+    )
+    assert "**not measured**" in text and "| tiny-ablation/p2p-nockpt-cp2-T64-fwd | failed |" in text
+    assert "meter cpu-profiler" in text and "[" not in text.split("\n", 1)[0]  # no rich markup
+
+
+def test_show_prints_the_recorded_command(tmp_path: Path):
+    run = load_result(FIXTURES / "ablation.json")
+    run.command = ["bench", "run", "tiny-ablation", "--set", "mode=[p2p]"]
+    path = tmp_path / "with-command.json"
+    save_result(run, path)
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    assert show.run(str(path), console=console) == 0
+    assert "command: bench run tiny-ablation --set 'mode=[p2p]'" in console.export_text()

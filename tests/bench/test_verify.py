@@ -95,6 +95,7 @@ def test_every_mode_passes_with_a_two_seed_sweep(suite_dir: Path, verify_scenari
         assert text in printed, text
     run = load_result(out)
     assert run.environment.device_type == "cpu" and run.cases == [] and run.name == "verify-v"
+    assert run.command == ["bench", "verify", "v", "--seeds", "2", "--output", str(out)]
     records = run.verifications
     # one record per mode: the scenario's two passes collapse (verify always runs forward and backward)
     assert [r.case.case_id for r in records] == [
@@ -162,6 +163,7 @@ def test_training_trajectory_matches_the_reference(suite_dir: Path, verify_scena
     assert "max loss rel" in printed and "error growth (last/first third)" in printed
     run = load_result(out)
     assert run.name == "verify-train-v"
+    assert run.command == ["bench", "verify", "v", "--train", "3", "--output", str(out)]
     assert [r.case.mode for r in run.verifications] == ["ulysses", "p2p", "all_gather"]
     for r in run.verifications:
         assert isinstance(r, TrainVerification) and r.passed and r.steps == 3

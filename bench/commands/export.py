@@ -1,0 +1,77 @@
+"""`bench export RESULT... [--format csv|jsonl] [--per-sample] [--out FILE]`: result files as rows of data.
+
+Long format, one row per case (or per sample, with --per-sample: per rank and repeat) and one per `bench
+verify` record, every row with the run's identity, the case's coordinates and its measurements; the
+`record` column says which (bench.results.export documents every column). Written to stdout, or to a new
+file with --out (never over an existing one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.markup import escape
+
+from bench.console import err_console
+from bench.errors import UserError
+from bench.results.export import FORMATS, export_rows
+from bench.results.paths import write_new
+from bench.results.store import load_result
+
+NAME = "export"
+HELP = "Export result files as rows of data (CSV or JSON Lines): one row per case, sample or verify record."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results", nargs="+", metavar="RESULT", help="result files of `bench run` or `verify`"
+    )
+    parser.add_argument(
+        "--format", choices=sorted(FORMATS), default="csv", help="output format (default csv)"
+    )
+    parser.add_argument(
+        "--per-sample",
+        action="store_true",
+        help="one row per timed pass of each rank (rank, repeat, sample_s) instead of one per case",
+    )
+    parser.add_argument("--out", metavar="FILE", help="write to FILE, which must not exist (default: stdout)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(args.results, format=args.format, per_sample=args.per_sample, out=args.out)
+
+
+def export_text(results: Sequence[str], *, format: str = "csv", per_sample: bool = False) -> str:
+    """The rows of the result files, in `format`; UserError for a file that cannot be read."""
+    if format not in FORMATS:
+        raise UserError(f"--format {format}: unknown format; use one of {', '.join(sorted(FORMATS))}")
+    rows = [
+        row
+        for path in results
+        for row in export_rows(load_result(path), Path(path).name, per_sample=per_sample)
+    ]
+    return FORMATS[format](rows)
+
+
+def run(
+    results: Sequence[str], *, format: str = "csv", per_sample: bool = False, out: str | None = None
+) -> int:
+    """Export the files to stdout, or to the new file `out`; UserError when `out` exists or cannot be
+    written."""
+    text = export_text(results, format=format, per_sample=per_sample)
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_new(Path(out), text)
+    except FileExistsError:
+        raise UserError(
+            f"--out {out}: the file exists, and exports never overwrite one; give another name"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write it ({exc.strerror}); give another path") from None
+    err_console.print(f"wrote {escape(out)}")
+    return 0

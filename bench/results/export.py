@@ -1,0 +1,176 @@
+"""Result files as rows of data (long format), for pandas, a spreadsheet or a database: what `bench export`
+and `bench show --format json` print, and what bench.api.dataframe builds a DataFrame from.
+
+Every row has the same columns (COLUMNS), whatever its file holds, so that rows of several files stack:
+
+- `record`: what the row is. `case`: one case of `bench run` (its statistics over repeats); `sample`: one
+  timed pass of a case on one rank (`per_sample=True`, instead of the case rows; a case without samples, one
+  that failed or was skipped, keeps one row with empty rank, repeat and sample_s); `verify`: one record of
+  `bench verify` (RunResult.verifications), always included.
+- the run's identity (RUN_COLUMNS): file name, run name, commit, branch, dirty, host, device, torch version,
+  threads per rank (the case's own when it recorded them, else the configured ones);
+- the case's coordinates (CASE_COLUMNS): scenario, case_id, mode, checkpoint, cp, seq_len, local_seq_len,
+  pass, dtype, batch and the layer's dims;
+- its measurements (MEASURE_COLUMNS: status, first error line, median/min/max/IQR seconds, peak bytes,
+  model FLOPs, matmul GFLOP/s and achieved GFLOP/s per rank where the file has a throughput record, wall
+  time), a sample's (SAMPLE_COLUMNS) or a verify record's (VERIFY_COLUMNS: which check, passed, its
+  failures, the worst errors).
+
+A column that does not apply to a row is None (an empty CSV cell, JSON null).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+from bench.errors import first_line
+from bench.results.store import CaseResult, RunResult
+from bench.results.verifications import LayerVerification, TrainVerification, Verification
+from bench.suite.config import MODEL_KEYS, Case
+
+Row = dict[str, Any]
+Record = Literal["case", "sample", "verify"]
+
+RUN_COLUMNS = (
+    *("file", "run", "created_at", "commit", "branch", "dirty", "host"),
+    *("device_type", "device_name", "torch_version", "threads_per_rank"),
+)
+CASE_COLUMNS = (
+    *("scenario", "case_id", "mode", "checkpoint", "cp", "seq_len", "local_seq_len", "pass", "dtype"),
+    *("batch", *MODEL_KEYS),
+)
+MEASURE_COLUMNS = (
+    *("status", "error", "median_s", "min_s", "max_s", "iqr_s", "noisy", "repeats", "peak_bytes"),
+    *("model_flops", "matmul_gflops", "achieved_gflops_per_rank", "wall_s"),
+)
+SAMPLE_COLUMNS = ("rank", "repeat", "sample_s")
+VERIFY_COLUMNS = (
+    *("check", "passed", "failures", "seeds", "steps"),
+    *("worst_rel_l2", "worst_grad_norm_rel", "worst_loss_rel"),
+)
+COLUMNS: tuple[str, ...] = (
+    "record",
+    *RUN_COLUMNS,
+    *CASE_COLUMNS,
+    *MEASURE_COLUMNS,
+    *SAMPLE_COLUMNS,
+    *VERIFY_COLUMNS,
+)
+"""Every row's keys, in this order."""
+
+
+def _run_cells(run: RunResult, file: str) -> Row:
+    e = run.environment
+    return {
+        "file": file,
+        "run": run.name,
+        "created_at": run.created_at,
+        "commit": e.git_commit,
+        "branch": e.git_branch,
+        "dirty": e.git_dirty,
+        "host": e.hostname,
+        "device_type": e.device_type,
+        "device_name": e.device_name,
+        "torch_version": e.torch_version,
+        "threads_per_rank": e.threads_per_rank,
+    }
+
+
+def _case_cells(case: Case) -> Row:
+    data = case.to_dict()
+    return {name: data[name] for name in CASE_COLUMNS}
+
+
+def _measure_cells(result: CaseResult) -> Row:
+    t, m, tp = result.timing, result.memory, result.throughput
+    cells: Row = {
+        "status": result.status,
+        "error": first_line(result.error) or None,
+        "peak_bytes": None if m is None else m.peak_bytes,
+        "wall_s": result.wall_s,
+    }
+    if t is not None:
+        cells.update(
+            median_s=t.median_s, min_s=t.min_s, max_s=t.max_s, iqr_s=t.iqr_s, noisy=t.noisy, repeats=t.repeats
+        )
+    if tp is not None:
+        cells.update(model_flops=tp.model_flops, matmul_gflops=tp.matmul_gflops)
+        if t is not None:
+            cells["achieved_gflops_per_rank"] = tp.achieved_gflops(t.median_s, result.case.cp)
+    if result.threads_per_rank is not None:
+        cells["threads_per_rank"] = result.threads_per_rank
+    return cells
+
+
+def _verify_cells(record: Verification) -> Row:
+    cells: Row = {
+        "status": record.status,
+        "error": first_line(record.error) or None,
+        "wall_s": record.wall_s,
+        "check": record.kind,
+        "passed": record.passed,
+    }
+    if isinstance(record, LayerVerification):
+        failures = [f"seed {seed}: {f}" for seed, fs in record.failures() for f in fs]
+        cells["seeds"] = len(record.seeds)
+        if record.comparisons:
+            cells["worst_rel_l2"] = max(
+                s.rel_l2 for c in record.comparisons for s in (c.output, c.input_grad, *c.params.values())
+            )
+            cells["worst_grad_norm_rel"] = max(c.grad_norm_rel for c in record.comparisons)
+    else:
+        assert isinstance(record, TrainVerification)
+        failures = record.failures()
+        cells["steps"] = record.steps
+        cells["worst_grad_norm_rel"] = max(record.grad_norm_rel, default=None)
+        cells["worst_loss_rel"] = max(record.loss_rel, default=None)
+    cells["failures"] = "; ".join(failures) or None
+    return cells
+
+
+def _row(record: Record, *parts: Row) -> Row:
+    row: Row = dict.fromkeys(COLUMNS)
+    row["record"] = record
+    for part in parts:
+        row.update(part)
+    return row
+
+
+def export_rows(run: RunResult, file: str = "", *, per_sample: bool = False) -> list[Row]:
+    """The rows of one run (see the module docstring): its cases (or with `per_sample` their samples, by
+    rank and repeat), then its verify records. `file`: the value of the `file` column (the file's name)."""
+    ident = _run_cells(run, file)
+    rows: list[Row] = []
+    for result in run.cases:
+        parts = (ident, _case_cells(result.case), _measure_cells(result))
+        if not per_sample or not result.samples_s:
+            rows.append(_row("sample" if per_sample else "case", *parts))
+            continue
+        for rank, samples in enumerate(result.samples_s):
+            for repeat, seconds in enumerate(samples):
+                rows.append(_row("sample", *parts, {"rank": rank, "repeat": repeat, "sample_s": seconds}))
+    for record in run.verifications:
+        rows.append(_row("verify", ident, _case_cells(record.case), _verify_cells(record)))
+    return rows
+
+
+def to_csv(rows: Iterable[Row]) -> str:
+    """CSV text with a header of COLUMNS (None: an empty cell; booleans True/False)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def to_jsonl(rows: Iterable[Row]) -> str:
+    """JSON Lines: one object per row, keys in COLUMNS order."""
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+FORMATS: dict[str, Callable[[Sequence[Row]], str]] = {"csv": to_csv, "jsonl": to_jsonl}
+"""`bench export --format` -> how rows become text."""
