@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from gdn_cp.ops.inputs import check_gdn_inputs, head_major_inputs
 from gdn_cp.ops.triangular import unit_lower_inverse
 
-BACKWARD_BLOCK = 16
+BACKWARD_BLOCK = 4
 """Chunks the fused op prepares, scans and differentiates at a time: its working memory is that many
 chunks' intermediates, whatever T."""
 
