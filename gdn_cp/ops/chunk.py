@@ -39,8 +39,11 @@ from gdn_cp.ops.inputs import check_gdn_inputs, head_major_inputs
 from gdn_cp.ops.triangular import unit_lower_inverse
 
 BACKWARD_BLOCK = 4
-"""Chunks the fused op prepares, scans and differentiates at a time: its working memory is that many
-chunks' intermediates, whatever T."""
+"""Chunks the fused backward recomputes and differentiates at a time: its working memory is that many
+chunks' intermediates and their gradients, whatever T."""
+FORWARD_BLOCK = 16
+"""Chunks the fused forward prepares and scans at a time (a multiple of BACKWARD_BLOCK): larger, for fuller
+batched products, since the forward keeps no gradients."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,16 +356,18 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         # viewed tensors are then free); v, g, beta enter elementwise only and stay views.
         q, k = q.contiguous(), k.contiguous()
         B, Hk, G, N, C, _ = v.shape
-        blocks = range(0, N, BACKWARD_BLOCK)
         o = torch.empty_like(v)
         A = v.new_empty(B, Hk, G, N, C, C)
-        block_states = h0.new_empty(B, Hk, G, len(blocks), *h0.shape[-2:])
+        # The state entering every backward block, taken from the chunk states of each forward block.
+        block_states = h0.new_empty(B, Hk, G, -(-N // BACKWARD_BLOCK), *h0.shape[-2:])
         h = h0
-        for b, lo in enumerate(blocks):
-            span = slice(lo, lo + BACKWARD_BLOCK)
-            block_states[:, :, :, b] = h
+        for lo in range(0, N, FORWARD_BLOCK):
+            span = slice(lo, lo + FORWARD_BLOCK)
             inter, A[:, :, :, span] = _prepare_fwd(*(t[:, :, :, span] for t in (q, k, v, gamma, beta)))
-            o[:, :, :, span], _, h = _scan_fwd(inter, h)
+            o[:, :, :, span], states, h = _scan_fwd(inter, h)
+            first = lo // BACKWARD_BLOCK
+            kept = states[:, :, :, ::BACKWARD_BLOCK]
+            block_states[:, :, :, first : first + kept.shape[3]] = kept
         ctx.save_for_backward(q, k, v, gamma, beta, A, block_states)
         return o, h
 

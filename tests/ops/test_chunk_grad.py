@@ -10,7 +10,7 @@ import torch
 from helpers import Shape, assert_close_scaled, gdn_inputs, random_state, weighted_sum
 
 from gdn_cp.ops import chunk_gated_delta_rule, chunk_outputs, prepare_chunks, recurrent_gated_delta_rule
-from gdn_cp.ops.chunk import BACKWARD_BLOCK
+from gdn_cp.ops.chunk import BACKWARD_BLOCK, FORWARD_BLOCK
 
 # Two chunks and a ragged tail (T=10, C=4) and grouped value heads, small enough for numerical Jacobians.
 TINY = Shape(1, 10, 1, 2, 3, 2)
@@ -41,12 +41,12 @@ def test_gradcheck_chunk_outputs_with_initial_state() -> None:
     assert torch.autograd.gradcheck(fn, (*x, h0))
 
 
-# C=16: 3 chunks in one block of the fused op; C=2: 19 chunks, several blocks of BACKWARD_BLOCK chunks and a
-# ragged last one, so the block-entering states and the block-wise gradients are exercised too.
+# C=16: 3 chunks in one block of the fused op; C=2: 19 chunks, two forward blocks and several backward blocks
+# with ragged last ones, so the block-entering states and the block-wise gradients are exercised too.
 @pytest.mark.parametrize("chunk_size", [16, 2], ids=lambda c: f"C{c}")
 @pytest.mark.parametrize("with_h0", [False, True], ids=["h0_none", "h0"])
 def test_gradients_match_recurrent(with_h0: bool, chunk_size: int) -> None:
-    assert math.ceil(37 / 2) > 2 * BACKWARD_BLOCK
+    assert math.ceil(37 / 2) > max(2 * BACKWARD_BLOCK, FORWARD_BLOCK)
     shape = Shape(2, 37, 2, 4, 8, 4)
     x = gdn_inputs(shape, requires_grad=True)
     h0 = random_state(shape).requires_grad_() if with_h0 else None
