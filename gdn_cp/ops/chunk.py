@@ -171,15 +171,14 @@ def _prepare_bwd(
     Gamma, e_gamma, e_tail, decay = _decays(gamma) if decays is None else decays
     kT = k.transpose(-1, -2)
     per_head = torch.broadcast_shapes(q.shape[:-1], gamma.shape)
-    dq = q.new_zeros(*per_head, q.shape[-1])  # elementwise parts, per value head
-    dk = torch.zeros_like(dq)
-    dq_shared = dk_shared = None  # parts already summed over the group, [B, Hk, 1, N, C, K]
+    dk = q.new_zeros(*per_head, q.shape[-1])  # elementwise parts, per value head
+    dq = dq_shared = dk_shared = None  # parts already summed over the group, [B, Hk, 1, N, C, K]
     d_gamma = torch.zeros_like(gamma)
     d_last = torch.zeros_like(gamma[..., 0])
     dv = d_beta = None
 
     if d_qd is not None:  # Qg = e^gamma q
-        dq += d_qd * e_gamma[..., None]
+        dq = (d_qd * e_gamma[..., None]).sum(2, keepdim=True)
         d_gamma += (d_qd * q).sum(-1) * e_gamma
     if d_kt is not None:  # Kt = e^(gamma_C - gamma) k
         contrib = (d_kt * k).sum(-1) * e_tail
@@ -231,14 +230,12 @@ def _prepare_bwd(
         dk_shared = -d_kk if dk_shared is None else dk_shared - d_kk
 
     d_gamma[..., -1] += d_last  # gamma_C is the last position's gamma
-    dq = dq.sum(2, keepdim=True)
     dk = dk.sum(2, keepdim=True)
     if dq_shared is not None:
-        dq += dq_shared
+        dq = dq_shared if dq is None else dq + dq_shared
     if dk_shared is not None:
         dk += dk_shared
-    reads_q = d_qd is not None or d_attn is not None
-    return dq if reads_q else None, dk, dv, d_gamma, d_beta
+    return dq, dk, dv, d_gamma, d_beta
 
 
 class _PrepareChunks(torch.autograd.Function):

@@ -70,17 +70,17 @@ class UlyssesMode(CPMode):
         add_volume(volume, "all_to_all", passes * (packed + outputs), passes * (packed + outputs), 2 * passes)
         return volume
 
-    def _check_lengths(self, local_len: int) -> None:
+    def _check_lengths(self, local_len: int, device: torch.device) -> None:
         if self.size == 1 or local_len == self._checked_length:
             return
-        lengths = all_gather_stack(torch.tensor([local_len]), self.group).flatten().tolist()
+        lengths = all_gather_stack(torch.tensor([local_len], device=device), self.group).flatten().tolist()
         self.check_even_shards(lengths)
         self._checked_length = local_len
 
     def forward_shard(self, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
         c, cp, r = layer.config, self.size, self.rank
         B, L, _ = x.shape
-        self._check_lengths(L)
+        self._check_lengths(L, x.device)
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
