@@ -9,7 +9,9 @@ bar. `compare_layer_under_cp` runs on every rank of a process group.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 import torch
 import torch.distributed as dist
@@ -17,6 +19,7 @@ from torch.distributed import ProcessGroup
 
 from gdn_cp.distributed.collectives import all_reduce_gradients, group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.sharding import gather_sequence, shard_sequence
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 
@@ -181,16 +184,22 @@ def compare_layer_under_cp(
     group: ProcessGroup | None = None,
     device: torch.device | str = "cpu",
     layer_hook=None,
+    layout: str = DEFAULT_LAYOUT,
+    documents: Sequence[int] | None = None,
 ) -> LayerComparison:
     """Run on every rank of `group`: the CP layer vs the full-sequence reference with identical weights.
 
     Every rank builds the same weights, input [batch, seq_len, hidden] and output gradient from `seed`; the
-    CP layer runs forward and backward on its shard, parameter gradients are summed over the group, and
-    outputs and input gradients are gathered. Rank 0 runs the reference on the full sequence and computes
-    the metrics, which every rank returns.
+    CP layer runs forward and backward on its shard (cut in `layout`), parameter gradients are summed over
+    the group, and outputs and input gradients are gathered. Rank 0 runs the reference on the full sequence
+    and computes the metrics, which every rank returns.
 
     Args:
         layer_hook: optional callable applied to the CP layer after `apply` (tests use it to break a mode)
+        layout: how the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS)
+        documents: global document boundaries [0, ..., seq_len] of a packed batch (batch 1): the CP layer
+            gets them as cu_seqlens, and the reference runs every document on its own, as if alone (so the
+            comparison also proves that nothing crosses a boundary)
     """
     rank, _ = group_rank_size(group)
     gen = torch.Generator().manual_seed(seed)
@@ -201,20 +210,26 @@ def compare_layer_under_cp(
     x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
     grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
 
-    LinearAttentionContextParallel(mode=mode, checkpoint_summary=checkpoint_summary).apply(cp_layer, group)
+    LinearAttentionContextParallel(mode=mode, checkpoint_summary=checkpoint_summary, layout=layout).apply(
+        cp_layer, group
+    )
     if layer_hook is not None:
         layer_hook(cp_layer)
-    x_local = shard_sequence(x, group).clone().requires_grad_(True)
-    y_local = cp_layer(x_local)
-    y_local.backward(shard_sequence(grad_out, group))
+    cu_seqlens = None if documents is None else torch.tensor(list(documents), device=device)
+    x_local = shard_sequence(x, group, layout=layout).clone().requires_grad_(True)
+    y_local = cp_layer(x_local, cu_seqlens=cu_seqlens)
+    y_local.backward(shard_sequence(grad_out, group, layout=layout))
     all_reduce_gradients(cp_layer.parameters(), group)
-    y_cp = gather_sequence(y_local.detach(), group)
-    gx_cp = gather_sequence(x_local.grad, group)
+    y_cp = gather_sequence(y_local.detach(), group, layout=layout)
+    gx_cp = gather_sequence(x_local.grad, group, layout=layout)
 
     result: list[LayerComparison | None] = [None]
     if rank == 0:
         x_ref = x.clone().requires_grad_(True)
-        y_ref = ref(x_ref)
+        if documents is None:
+            y_ref = ref(x_ref)
+        else:
+            y_ref = torch.cat([ref(x_ref[:, a:b]) for a, b in pairwise(documents)], dim=1)
         y_ref.backward(grad_out)
         ref_params = dict(ref.named_parameters())
         params, missing = {}, []

@@ -126,7 +126,6 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
         seq_len=case.seq_len,
         batch=case.batch,
         backward=case.pass_ == "forward_backward",
-        first_call=False,  # counted after the warmup pass
     )
     dist.barrier()
     memory, memory_error = _memory_breakdown(step, live)

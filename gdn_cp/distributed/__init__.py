@@ -7,12 +7,16 @@ from gdn_cp.distributed.collectives import (
     all_to_all,
     all_to_all_single,
     exchange_halo,
-    exchange_halo_with_lengths,
+    exchange_halo_with_header,
+    exchange_header,
     state_chain,
+    sum_with_outputs,
 )
 from gdn_cp.distributed.comm_stats import CommStats, count_communication
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
+from gdn_cp.distributed.functional import cp_chunk_gated_delta_rule
 from gdn_cp.distributed.launch import RankFailure, default_threads_per_rank, local_rank, run_on_ranks
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, LAYOUTS, Layout, ShardPlan
 from gdn_cp.distributed.modes import (
     DEFAULT_MODE,
     MODES,
@@ -24,29 +28,36 @@ from gdn_cp.distributed.modes import (
     mode_order,
 )
 from gdn_cp.distributed.platform import DEVICES, Platform, PlatformError, resolve_platform
-from gdn_cp.distributed.sharding import gather_sequence, shard_sequence
+from gdn_cp.distributed.sharding import check_layout_split, gather_sequence, shard_sequence
 
 __all__ = [
+    "DEFAULT_LAYOUT",
     "DEFAULT_MODE",
     "DEVICES",
+    "LAYOUTS",
     "MODES",
     "SUMMARY_MODES",
     "CPMode",
     "CommStats",
+    "Layout",
     "LinearAttentionContextParallel",
     "ModeName",
     "Platform",
     "PlatformError",
     "RankFailure",
+    "ShardPlan",
     "all_gather_stack",
     "all_reduce_gradients",
     "all_to_all",
     "all_to_all_single",
     "check_cp_shapes",
+    "check_layout_split",
     "count_communication",
+    "cp_chunk_gated_delta_rule",
     "default_threads_per_rank",
     "exchange_halo",
-    "exchange_halo_with_lengths",
+    "exchange_halo_with_header",
+    "exchange_header",
     "gather_sequence",
     "local_rank",
     "mode_class",
@@ -55,4 +66,5 @@ __all__ = [
     "run_on_ranks",
     "shard_sequence",
     "state_chain",
+    "sum_with_outputs",
 ]

@@ -2,11 +2,13 @@
 
 - `all_to_all_single`: the primitive, along dim 0 with (uneven) split sizes; backward is the reverse exchange.
 - `all_to_all`: scatter one dim, gather another (Ulysses: Shard(sequence) <-> Shard(head)), uneven allowed.
-- `exchange_halo_with_lengths`: the tokens just before this rank's shard, from earlier ranks, for Conv1D, and
-  every rank's shard length, in one all-to-all whose message sizes do not depend on the lengths.
+- `exchange_halo_with_header`: the tokens just before each of this rank's pieces, from earlier pieces, for
+  Conv1D, and every rank's header (piece lengths, input checks), in one all-to-all whose message sizes do not
+  depend on the lengths. `exchange_header`: the header alone (one small all-gather).
 - `all_gather_stack`: stack one tensor per rank; backward sums each rank's slot back to its owner.
-- `state_chain`: the rank-to-rank recurrent state hand-off H_out = M @ H_in + S (forward r-1 -> r -> r+1,
-  backward r+1 -> r -> r-1).
+- `state_chain`: the piece-to-piece recurrent state hand-off H_out = M @ H_in + S in global order (forward
+  r-1 -> r -> r+1, backward r+1 -> r -> r-1 for contiguous shards).
+- `sum_with_outputs`: a replicated sum of per-rank shares (final states), tied to the outputs.
 - `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
 - `broadcast_module_tensors`: one rank's parameters and buffers to every rank (setup, not counted).
 
@@ -154,80 +156,149 @@ def all_to_all(
     return torch.cat(received, dim=gather_dim)
 
 
+# torch 2.13 renamed all_gather_into_tensor to all_gather_single; older releases only have the former.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 HEADER_DIGITS = 4
-"""Elements of the length header that rides in every halo message: base-256 digits, exact in every float
-dtype down to bf16 (8 significant bits), so shard lengths below 2**32 cross in the tensor's own dtype."""
+"""Elements per value of the header that rides in every halo message: base-256 digits, exact in every float
+dtype down to bf16 (8 significant bits), so values below 2**32 cross in the tensor's own dtype."""
 
 
-def _encode_length(n: int, like: torch.Tensor) -> torch.Tensor:
-    if not 0 <= n < 256**HEADER_DIGITS:
-        raise ValueError(f"exchange_halo: a shard of {n} tokens does not fit the length header")
-    digits = [(n >> (8 * i)) & 255 for i in range(HEADER_DIGITS)]
+def _encode_header(values: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    for n in values:
+        if not 0 <= n < 256**HEADER_DIGITS:
+            raise ValueError(
+                f"exchange_halo: the header value {n} does not fit {HEADER_DIGITS} base-256 digits"
+            )
+    digits = [(n >> (8 * i)) & 255 for n in values for i in range(HEADER_DIGITS)]
     return torch.tensor(digits, dtype=like.dtype, device=like.device)
 
 
-def _decode_length(header: torch.Tensor) -> int:
-    return sum(int(d) << (8 * i) for i, d in enumerate(header.detach().round().long().tolist()))
+def _decode_header(header: torch.Tensor) -> list[int]:
+    digits = header.detach().round().long().tolist()
+    return [
+        sum(d << (8 * i) for i, d in enumerate(digits[at : at + HEADER_DIGITS]))
+        for at in range(0, len(digits), HEADER_DIGITS)
+    ]
 
 
-def exchange_halo_with_lengths(
-    x: torch.Tensor, width: int, group: ProcessGroup | None = None
-) -> tuple[torch.Tensor, list[int]]:
-    """The last `width` tokens before this rank's shard, and every rank's shard length, in one exchange.
+def _left_padded_tail(x: torch.Tensor, width: int) -> torch.Tensor:
+    """The last `width` tokens of x [B, L, D], zero-padded on the left when L < width: [B, width, D]."""
+    tail = x[:, max(0, x.shape[1] - width) :]
+    return torch.cat([tail.new_zeros(tail.shape[0], width - tail.shape[1], tail.shape[2]), tail], dim=1)
 
-    Message sizes never depend on the shard lengths, so ranks that disagree about them cannot mismatch the
-    exchange: every rank sends every peer a length header (HEADER_DIGITS elements), and each of the next
-    `width` ranks also its last `width` tokens (zero-padded on the left when the shard is shorter). A rank
-    then assembles its halo from the tails of the ranks before it, using their lengths, so a halo may span
-    several earlier ranks (tiny shards) and shards may differ in length. At the sequence start the halo is
-    shorter (rank 0 gets none) and causal_conv1d zero-fills what is missing. Differentiable: a token sent
-    to several ranks gets the sum of their gradients.
+
+def exchange_halo_with_header(
+    pieces: Sequence[torch.Tensor],
+    width: int,
+    group: ProcessGroup | None = None,
+    owners: Sequence[int] | None = None,
+    header: Sequence[int] = (),
+) -> tuple[list[torch.Tensor], list[list[int]]]:
+    """The `width` tokens before each of this rank's pieces of the sequence, and every rank's header, in one
+    all-to-all.
+
+    The global sequence is cut into pieces held by `owners` (global order; default: piece r on rank r); this
+    rank passes its pieces in increasing global order, and every rank the same number of header values
+    (HEADER_DIGITS elements each; the mode puts its piece lengths first). Message sizes never depend on the
+    piece lengths, so ranks that disagree about them cannot mismatch the exchange: every rank sends every
+    peer its header, plus, for each piece it holds, the piece's last `width` tokens (zero-padded on the left
+    when shorter) whenever the peer holds one of the next `width` pieces. A rank then assembles each halo
+    from the tails before it, reading the lengths from the headers, so a halo may span several earlier pieces
+    (tiny shards). At the sequence start a halo is shorter (the first piece gets none) and causal_conv1d
+    zero-fills what is missing. Differentiable: a token sent to several ranks gets the sum of their gradients.
 
     Args:
-        x: [B, L, D] this rank's shard, before the convolution
+        pieces: [B, L_p, D] this rank's pieces, before the convolution; their lengths must be the first
+            len(pieces) values of `header`
         width: tokens of left context wanted (kernel size - 1)
     Returns:
-        halo [B, min(width, tokens before this shard), D], and the shard length of every rank (one list,
-        the same on every rank).
+        one halo [B, <= width, D] per piece, and every rank's header (one list per rank, the same on every
+        rank).
     """
     rank, size = group_rank_size(group)
-    B, L, D = x.shape
+    owners = list(range(size)) if owners is None else list(owners)
+    mine = [j for j, owner in enumerate(owners) if owner == rank]
+    if len(mine) != len(pieces) or list(header[: len(pieces)]) != [p.shape[1] for p in pieces]:
+        raise ValueError(
+            "exchange_halo_with_header: one piece per owned slot, their lengths first in the header"
+        )
+    B, _, D = pieces[0].shape
     if size == 1:
-        return x[:, :0], [L]
-    tail = x[:, max(0, L - width) :]
-    tail = torch.cat([tail.new_zeros(B, width - tail.shape[1], D), tail], dim=1)  # [B, width, D]
-    header = _encode_length(L, x)
-    receives_tail = [0 < peer - rank <= width for peer in range(size)]
-    flat = tail.reshape(-1)
-    # Header-only messages still carry an empty slice of x: every rank's exchange then needs a backward
-    # when x does, so the ranks meet in it (a collective's backward is itself a collective).
-    parts = [torch.cat([header, flat if t else flat[:0]]) for t in receives_tail]
-    send_counts = [p.numel() for p in parts]
-    recv_counts = [HEADER_DIGITS + (B * width * D if 0 < rank - peer <= width else 0) for peer in range(size)]
-    received = all_to_all_single(torch.cat(parts), recv_counts, send_counts, group, kind=comm_stats.HALO)
-    messages = received.split(recv_counts)
-    lengths = [L if peer == rank else _decode_length(m[:HEADER_DIGITS]) for peer, m in enumerate(messages)]
-    pieces, needed = [], width
-    for peer in range(rank - 1, max(-1, rank - 1 - width), -1):  # newest first, then reversed
-        take = min(needed, lengths[peer])
-        if take:
-            peer_tail = messages[peer][HEADER_DIGITS:].view(B, width, D)
-            pieces.append(peer_tail[:, width - take :])
-        needed -= take
-        if not needed:
-            break
-    # Rank 0's empty halo is still a view of what arrived, so that its backward joins the exchange too.
-    halo = torch.cat(pieces[::-1], dim=1) if pieces else received[:0].view(B, 0, D)
-    return halo, lengths
+        return [p[:, :0] for p in pieces], [list(header)]
+
+    def wanted_by(peer: int, j: int) -> bool:
+        """Does `peer` hold one of the `width` pieces after piece j (so it may need j's tail)?"""
+        return peer != owners[j] and peer in owners[j + 1 : j + 1 + width]
+
+    tails = {j: _left_padded_tail(p, width) for j, p in zip(mine, pieces, strict=True)}
+    encoded = _encode_header(header, pieces[0])
+    # Header-only messages still carry an empty slice of a piece: every rank's exchange then needs a backward
+    # when the pieces do, so the ranks meet in it (a collective's backward is itself a collective).
+    empty = pieces[0].reshape(-1)[:0]
+    parts = [
+        torch.cat([encoded, empty, *(tails[j].reshape(-1) for j in mine if wanted_by(peer, j))])
+        for peer in range(size)
+    ]
+    tail_numel = B * width * D
+    recv_counts = [
+        encoded.numel() + tail_numel * sum(wanted_by(rank, j) for j, o in enumerate(owners) if o == peer)
+        for peer in range(size)
+    ]
+    received = all_to_all_single(
+        torch.cat(parts), recv_counts, [p.numel() for p in parts], group, kind=comm_stats.HALO
+    )
+    headers, lengths = [], [0] * len(owners)
+    for peer, message in enumerate(received.split(recv_counts)):
+        values = list(header) if peer == rank else _decode_header(message[: encoded.numel()])
+        headers.append(values)
+        theirs = [j for j, o in enumerate(owners) if o == peer]
+        for j, n in zip(theirs, values, strict=False):
+            lengths[j] = n
+        if peer != rank:
+            at = encoded.numel()
+            for j in theirs:
+                if wanted_by(rank, j):
+                    tails[j] = message[at : at + tail_numel].view(B, width, D)
+                    at += tail_numel
+
+    halos = []
+    for j in mine:
+        parts_before, needed = [], width
+        for i in range(j - 1, max(-1, j - 1 - width), -1):  # newest first, then reversed
+            take = min(needed, lengths[i])
+            if take:
+                parts_before.append(tails[i][:, width - take :])
+            needed -= take
+            if not needed:
+                break
+        # The first piece's empty halo is still a view of what arrived, so that its backward joins the
+        # exchange too.
+        halos.append(torch.cat(parts_before[::-1], dim=1) if parts_before else received[:0].view(B, 0, D))
+    return halos, headers
 
 
 def exchange_halo(x: torch.Tensor, width: int, group: ProcessGroup | None = None) -> torch.Tensor:
-    """The halo of `exchange_halo_with_lengths` alone: [B, L, D] -> [B, min(width, tokens before), D]."""
-    return exchange_halo_with_lengths(x, width, group)[0]
+    """The halo of contiguous shards: [B, L, D] -> [B, min(width, tokens before this shard), D]
+    (`exchange_halo_with_header` with one piece per rank and its length as the header)."""
+    return exchange_halo_with_header([x], width, group, header=[x.shape[1]])[0][0]
 
 
-# torch 2.13 renamed all_gather_into_tensor to all_gather_single; older releases only have the former.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+def exchange_header(
+    values: Sequence[int], group: ProcessGroup | None, device: torch.device
+) -> list[list[int]]:
+    """Every rank's `values` (int64, the same count on every rank), by one all-gather: the header of the modes
+    whose first exchange cannot carry it (its sizes depend on it)."""
+    _, size = group_rank_size(group)
+    if size == 1:
+        return [list(values)]
+    mine = torch.tensor(list(values), dtype=torch.int64, device=device)
+    out = mine.new_empty(size * mine.numel())
+    moved = _nbytes(mine.numel() * (size - 1), mine)
+    with _on_wire(comm_stats.ALL_GATHER, moved, moved):
+        _all_gather_single(out, mine, group=group)
+    return out.view(size, -1).tolist()
 
 
 class _AllGather(torch.autograd.Function):
@@ -271,44 +342,107 @@ def _recv(like: torch.Tensor, peer: int, group: ProcessGroup | None) -> torch.Te
 
 class _StateChain(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, S, M, group):
-        rank, size = group_rank_size(group)
-        h_in = torch.zeros_like(S) if rank == 0 else _recv(S, rank - 1, group)
-        if rank < size - 1:
-            _send(M @ h_in + S, rank + 1, group)
+    def forward(ctx, S, M, group, owners):
+        rank, _ = group_rank_size(group)
+        mine = [j for j, owner in enumerate(owners) if owner == rank]
+        h_in = torch.empty_like(S)
+        previous = None  # H_out of this rank's previous piece, when the next piece is also here
+        for at, j in enumerate(mine):
+            if j == 0:
+                h = torch.zeros_like(S[at])
+            elif owners[j - 1] == rank:
+                h = previous
+            else:
+                h = _recv(S[at], owners[j - 1], group)
+            h_in[at] = h
+            previous = M[at] @ h + S[at]
+            if j + 1 < len(owners) and owners[j + 1] != rank:
+                _send(previous, owners[j + 1], group)
         ctx.save_for_backward(M, h_in)
-        ctx.group = group
+        ctx.group, ctx.owners = group, owners
         return h_in
 
     @staticmethod
     def backward(ctx, grad_h_in):
         M, h_in = ctx.saved_tensors
-        rank, size = group_rank_size(ctx.group)
-        if rank == size - 1:
-            grad_h_out = torch.zeros_like(h_in)
-        else:
-            grad_h_out = _recv(h_in, rank + 1, ctx.group)  # dL/dH_out is the next rank's dL/dH_in
-        if rank > 0:
-            _send(grad_h_in + M.transpose(-1, -2) @ grad_h_out, rank - 1, ctx.group)
-        return grad_h_out, grad_h_out @ h_in.transpose(-1, -2), None
+        group, owners = ctx.group, ctx.owners
+        rank, _ = group_rank_size(group)
+        mine = [j for j, owner in enumerate(owners) if owner == rank]
+        d_S, d_M = torch.empty_like(h_in), torch.empty_like(M)
+        later = None  # dL/dH_in of this rank's next piece, when the previous piece is also here
+        for at in range(len(mine) - 1, -1, -1):
+            j = mine[at]
+            if j == len(owners) - 1:
+                d_out = torch.zeros_like(h_in[at])
+            elif owners[j + 1] == rank:
+                d_out = later
+            else:
+                d_out = _recv(h_in[at], owners[j + 1], group)  # dL/dH_out is the next piece's dL/dH_in
+            d_S[at] = d_out
+            d_M[at] = d_out @ h_in[at].transpose(-1, -2)
+            later = grad_h_in[at] + M[at].transpose(-1, -2) @ d_out
+            if j > 0 and owners[j - 1] != rank:
+                _send(later, owners[j - 1], group)
+        return d_S, d_M, None, None
 
 
-def state_chain(S: torch.Tensor, M: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
-    """The state entering this rank's shard, handed rank to rank.
+def state_chain(
+    S: torch.Tensor, M: torch.Tensor, group: ProcessGroup | None = None, owners: Sequence[int] | None = None
+) -> torch.Tensor:
+    """The state entering each of this rank's pieces, handed from piece to piece in global order.
 
-    Forward: receive H_in from rank r-1 (zeros on rank 0), send H_out = M @ H_in + S to rank r+1. Backward:
-    receive dL/dH_out from rank r+1, send dL/dH_in = (local grad) + M^T dL/dH_out to rank r-1; dS = dL/dH_out,
-    dM = dL/dH_out H_in^T. Only one [B, Hv, K, V] state crosses each hop, each way.
+    Forward, for each piece j held here: receive H_in from the holder of piece j-1 (zeros for piece 0), send
+    H_out = M @ H_in + S to the holder of piece j+1 (kept here when it is this rank). Backward, in reverse:
+    receive dL/dH_out from the holder of piece j+1, send dL/dH_in = (local grad) + M^T dL/dH_out back;
+    dS = dL/dH_out, dM = dL/dH_out H_in^T. One [B, Hv, K, V] state crosses each hop, each way.
 
     Args:
-        S: [B, Hv, K, V] and M: [B, Hv, K, K], this rank's summary
+        S: [P, B, Hv, K, V] and M: [P, B, Hv, K, K], the summaries of this rank's P pieces (increasing order)
+        owners: the rank holding each global piece (default: piece r on rank r)
     Returns:
-        H_in [B, Hv, K, V]
+        H_in [P, B, Hv, K, V]
     """
     _, size = group_rank_size(group)
-    if size == 1:
+    owners = tuple(range(size)) if owners is None else tuple(owners)
+    if size == 1 and len(owners) == 1:
         return torch.zeros_like(S)
-    return _StateChain.apply(S, M, group)
+    return _StateChain.apply(S, M, group, owners)
+
+
+class _SharedWithOutputs(torch.autograd.Function):
+    """Sums `part` over the group, tied to `o` so that the backward's all-reduce runs on every rank whose
+    loss reads o, even where the sum itself is unused (an unused output would otherwise leave a rank out of
+    a collective its peers wait in)."""
+
+    @staticmethod
+    def forward(ctx, o, part, group):
+        ctx.group = group
+        total = part.detach().clone().contiguous()
+        with _on_wire(comm_stats.ALL_REDUCE, _nbytes(total.numel(), total), _nbytes(total.numel(), total)):
+            dist.all_reduce(total, group=group)
+        return o.view_as(o), total
+
+    @staticmethod
+    def backward(ctx, d_o, d_total):
+        # Autograd materialises an unused result's gradient as zeros, so every rank joins with its shape.
+        d_part = d_total.clone().contiguous()
+        with _on_wire(
+            comm_stats.ALL_REDUCE, _nbytes(d_part.numel(), d_part), _nbytes(d_part.numel(), d_part)
+        ):
+            dist.all_reduce(d_part, group=ctx.group)
+        return d_o, d_part, None
+
+
+def sum_with_outputs(
+    o: torch.Tensor, part: torch.Tensor, group: ProcessGroup | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, the sum of `part` over the group), differentiable: the replicated result of contributions each
+    rank holds a share of (CP's final states: each document's on the rank holding its last token, zeros
+    elsewhere). The gradient of a rank's share is the sum of every rank's gradient of the result."""
+    _, size = group_rank_size(group)
+    if size == 1:
+        return o, part
+    return _SharedWithOutputs.apply(o, part, group)
 
 
 def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: ProcessGroup | None = None) -> None:

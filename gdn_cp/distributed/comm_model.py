@@ -10,6 +10,7 @@ nothing is exchanged.
 from __future__ import annotations
 
 from gdn_cp.distributed.comm_stats import Volume
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.modes import CommCase, mode_class
 from gdn_cp.layers import GatedDeltaNetConfig
 
@@ -23,19 +24,13 @@ def layer_communication(
     seq_len: int,
     batch: int = 1,
     backward: bool = True,
-    first_call: bool = True,
+    layout: str = DEFAULT_LAYOUT,
 ) -> Volume:
-    """Bytes rank `rank` sends and receives in one forward (and backward) of a GatedDeltaNet under CP.
-
-    Args:
-        first_call: the layer's first call (or the first after its shard length changed), when a mode that
-            must know the shard lengths up front (ulysses) learns them; later calls move less.
-    """
+    """Bytes rank `rank` sends and receives in one forward (and backward) of a GatedDeltaNet under CP, its
+    sequence cut evenly in `layout`."""
     cls = mode_class(mode)
     if cp == 1:
         return {}
     return cls.communication(
-        CommCase(
-            config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, first_call=first_call
-        )
+        CommCase(config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, layout=layout)
     )

@@ -2,6 +2,7 @@
 
     layer = LinearAttentionContextParallel(mode="p2p").apply(layer, cp_group)
     y_local = layer(x_local)          # [B, T/cp, hidden] -> [B, T/cp, hidden]
+    y_local = layer(x_local, cu_seqlens=cu)   # packed documents: global boundaries, the same on every rank
     ...backward...
     all_reduce_gradients(layer.parameters(), cp_group)   # or FSDP over the same ranks
 
@@ -27,6 +28,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from gdn_cp.distributed.collectives import broadcast_module_tensors
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, check_layout
 from gdn_cp.distributed.modes import DEFAULT_MODE, check_cp_shapes, check_mode, mode_class
 from gdn_cp.layers import GatedDeltaNet
 
@@ -91,6 +93,10 @@ class LinearAttentionContextParallel(ParallelStyle):
     checkpoint_summary: bool = True
     """Modes with a summary (SUMMARY_MODES): compute (S, M) under non-reentrant activation checkpointing
     (less peak memory, the summary recomputed in backward). No effect on the others."""
+    layout: str = DEFAULT_LAYOUT
+    """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS): "contiguous" (rank r holds the
+    r-th slice, of any length) or "zigzag" (chunks r and 2 cp - 1 - r of 2 cp, full attention's
+    load-balanced layout), for the layer's input and output alike."""
     src_data_rank: int | None = field(default=0, init=False, repr=False, compare=False)
     """ParallelStyle's contract, set by `parallelize_module(..., src_data_rank=0)`: the CP group rank whose
     parameters every rank takes (broadcast in `_apply`, so the layer computes what the single-device one
@@ -98,6 +104,7 @@ class LinearAttentionContextParallel(ParallelStyle):
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
+        check_layout(self.layout)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Frozen but for src_data_rank: a frozen dataclass would refuse parallelize_module's assignment.
@@ -134,7 +141,7 @@ class LinearAttentionContextParallel(ParallelStyle):
                 "linear attention TP+CP is not supported yet: apply CP without a tensor-parallel group"
             )
         _check_not_tensor_parallel(module, group)
-        executor = mode_class(self.mode)(group, self.checkpoint_summary)
+        executor = mode_class(self.mode)(group, self.checkpoint_summary, self.layout)
         check_cp_shapes(self.mode, module.config, executor.size)
         module.context_parallel = executor
         return module

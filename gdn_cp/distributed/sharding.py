@@ -1,11 +1,15 @@
-"""Sequence sharding for CP: this rank's slice of a global sequence, and the global sequence back."""
+"""Sequence sharding for CP: this rank's part of a global sequence, in a layout, and the whole back."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+import torch.nn.functional as F
 from torch.distributed import ProcessGroup
 
-from gdn_cp.distributed.collectives import all_gather_stack, group_rank_size
+from gdn_cp.distributed.collectives import all_gather_stack, exchange_header, group_rank_size
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, check_layout, check_zigzag_split, zigzag_order
 
 
 def check_sequence_split(seq_len: int, cp_size: int) -> None:
@@ -17,20 +21,62 @@ def check_sequence_split(seq_len: int, cp_size: int) -> None:
         )
 
 
-def shard_sequence(x: torch.Tensor, group: ProcessGroup | None = None, dim: int = 1) -> torch.Tensor:
-    """This rank's contiguous slice of the global sequence along `dim` (a view).
+def check_layout_split(seq_len: int, cp_size: int, layout: str = DEFAULT_LAYOUT) -> None:
+    """ValueError, with the fix, unless `shard_sequence` can cut `seq_len` tokens evenly in `layout`."""
+    check_layout(layout)
+    if layout == "zigzag":
+        check_zigzag_split(seq_len, cp_size)
+    else:
+        check_sequence_split(seq_len, cp_size)
+
+
+def shard_sequence(
+    x: torch.Tensor,
+    group: ProcessGroup | None = None,
+    dim: int = 1,
+    layout: str = DEFAULT_LAYOUT,
+    lengths: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """This rank's part of the global sequence along `dim`.
 
     Args:
         x: the global tensor, e.g. [B, T, hidden], identical on every rank
+        layout: "contiguous" (equal slices, or `lengths`) or "zigzag" (chunks r and 2 cp - 1 - r of 2 cp)
+        lengths: contiguous only: every rank's shard length (sum T), for an uneven split
     Returns:
-        [B, T/cp, hidden]
+        [B, T/cp, hidden] (a view for contiguous shards)
     """
     rank, size = group_rank_size(group)
-    check_sequence_split(x.shape[dim], size)
+    T = x.shape[dim]
+    if lengths is not None:
+        if layout != "contiguous":
+            raise ValueError(f"shard_sequence: lengths= applies to layout='contiguous', not {layout!r}")
+        if len(lengths) != size or sum(lengths) != T or min(lengths) < 1:
+            raise ValueError(
+                f"shard_sequence: lengths={list(lengths)} must hold one length >= 1 per rank ({size}) "
+                f"summing to T = {T}"
+            )
+        return x.split(list(lengths), dim=dim)[rank]
+    check_layout_split(T, size, layout)
+    if layout == "zigzag":
+        pieces = x.chunk(2 * size, dim=dim)
+        return torch.cat([pieces[rank], pieces[2 * size - 1 - rank]], dim=dim)
     return x.chunk(size, dim=dim)[rank]
 
 
-def gather_sequence(x: torch.Tensor, group: ProcessGroup | None = None, dim: int = 1) -> torch.Tensor:
-    """The global sequence from every rank's shard (equal shards), along `dim`. Differentiable."""
-    stacked = all_gather_stack(x, group)  # [cp, ...]
-    return torch.cat(stacked.unbind(0), dim=dim)
+def gather_sequence(
+    x: torch.Tensor, group: ProcessGroup | None = None, dim: int = 1, layout: str = DEFAULT_LAYOUT
+) -> torch.Tensor:
+    """The global sequence from every rank's part, along `dim` (any lengths in the contiguous layout).
+    Differentiable. For tests and evaluation: one header all-gather, then one all-gather of padded shards."""
+    _, size = group_rank_size(group)
+    check_layout(layout)
+    lengths = [h[0] for h in exchange_header([x.shape[dim]], group, x.device)]
+    longest = max(lengths)
+    moved = x.movedim(dim, 0)
+    padded = F.pad(moved, (0, 0) * (moved.dim() - 1) + (0, longest - moved.shape[0]))
+    stacked = all_gather_stack(padded, group)  # [cp, longest, ...]
+    full = torch.cat([stacked[r, : lengths[r]] for r in range(size)])
+    if layout == "zigzag":
+        full = full.index_select(0, torch.argsort(zigzag_order(full.shape[0], size, full.device)))
+    return full.movedim(0, dim)

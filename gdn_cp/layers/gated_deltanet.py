@@ -10,6 +10,7 @@ handed to the mode, and parameters keep their names and full shapes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -17,7 +18,14 @@ import torch
 from torch import nn
 
 from gdn_cp.dtypes import to_dtype
-from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, chunk_gdn_flops, gated_rms_norm, gdn_gates
+from gdn_cp.ops import (
+    causal_conv1d,
+    check_packed_batch,
+    chunk_gated_delta_rule,
+    chunk_gdn_flops,
+    gated_rms_norm,
+    gdn_gates,
+)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -134,7 +142,9 @@ class ShardForward(Protocol):
     this rank's shard in, this rank's output shard out. Owned here so that layers never import distributed.
     """
 
-    def __call__(self, layer: GatedDeltaNet, hidden_states: torch.Tensor) -> torch.Tensor: ...
+    def __call__(
+        self, layer: GatedDeltaNet, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
 
 
 class GatedRMSNorm(nn.Module):
@@ -223,11 +233,20 @@ class GatedDeltaNet(nn.Module):
         a: torch.Tensor,
         b: torch.Tensor,
         heads: slice = slice(None),
+        cu_seqlens: torch.Tensor | Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Gates and the chunked GDN for the value heads `heads` (all by default). Shapes as gdn_cp.ops."""
+        """Gates and the chunked GDN for the value heads `heads` (all by default), documents `cu_seqlens`.
+        Shapes as gdn_cp.ops."""
         g, beta = self.gates(a, b, heads)
         o, _ = chunk_gated_delta_rule(
-            q, k, v, g, beta, use_qk_l2norm_in_kernel=True, chunk_size=self.config.chunk_size
+            q,
+            k,
+            v,
+            g,
+            beta,
+            use_qk_l2norm_in_kernel=True,
+            cu_seqlens=None if cu_seqlens is None else torch.as_tensor(cu_seqlens),
+            chunk_size=self.config.chunk_size,
         )
         return o
 
@@ -236,13 +255,20 @@ class GatedDeltaNet(nn.Module):
         B, T = o.shape[:2]
         return self.out_proj(self.norm(o, z).reshape(B, T, self.config.value_dim))
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """hidden_states [B, T, hidden_size] -> [B, T, hidden_size]; under CP, the local shard of both."""
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden_states [B, T, hidden_size] -> [B, T, hidden_size]; under CP, the local shard of both.
+
+        cu_seqlens: [n + 1] boundaries of the documents packed in a batch of one (B = 1), as in FLA: the
+        Conv1D and the recurrence restart at every document. Under CP they are the global boundaries, the
+        same tensor on every rank.
+        """
         if self.context_parallel is not None:
-            return self.context_parallel(self, hidden_states)
+            return self.context_parallel(self, hidden_states, cu_seqlens)
+        if cu_seqlens is not None:
+            check_packed_batch(hidden_states.shape[0])
         p = self.project(hidden_states)
-        q, k, v = self.split_qkv(causal_conv1d(p.mixed_qkv, self.conv1d.weight))
-        return self.output(self.core(q, k, v, p.a, p.b), p.z)
+        q, k, v = self.split_qkv(causal_conv1d(p.mixed_qkv, self.conv1d.weight, cu_seqlens=cu_seqlens))
+        return self.output(self.core(q, k, v, p.a, p.b, cu_seqlens=cu_seqlens), p.z)
 
     def extra_repr(self) -> str:
         c = self.config

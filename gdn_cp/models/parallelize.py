@@ -8,6 +8,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel, as_process_group
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.modes import DEFAULT_MODE
 from gdn_cp.models.qwen35_hybrid import Qwen35Hybrid
 from gdn_cp.models.ulysses_attention import check_attention_heads
@@ -19,8 +20,11 @@ def apply_context_parallel(
     *,
     linear_attention_mode: str = DEFAULT_MODE,
     checkpoint_summary: bool = True,
+    layout: str = DEFAULT_LAYOUT,
 ) -> Qwen35Hybrid:
-    """Put every layer of `model` under CP over `cp_group`; afterwards the model takes sequence shards.
+    """Put every layer of `model` under CP over `cp_group`; afterwards the model takes sequence shards cut in
+    `layout` (gdn_cp.distributed.LAYOUTS: zigzag balances full attention's causal work, and every layer,
+    GDN included, takes it as it is: no re-shard between layers).
 
     Full attention needs num_attention_heads divisible by cp (key/value heads are repeated when they are
     fewer than cp); GDN layers follow the rules of `linear_attention_mode`.
@@ -30,11 +34,14 @@ def apply_context_parallel(
     c = model.config
     if any(t == "full_attention" for t in c.layer_types):
         check_attention_heads(c.num_attention_heads, cp)
-    style = LinearAttentionContextParallel(mode=linear_attention_mode, checkpoint_summary=checkpoint_summary)
+    style = LinearAttentionContextParallel(
+        mode=linear_attention_mode, checkpoint_summary=checkpoint_summary, layout=layout
+    )
     for layer in model.layers:
         if layer.layer_type == "linear_attention":
             style.apply(layer.linear_attn, group)
         else:
             layer.self_attn.cp_group = group
-    model.cp_group = group
+            layer.self_attn.layout = layout
+    model.cp_group, model.layout = group, layout
     return model

@@ -18,9 +18,11 @@ from torch import nn
 from torch.distributed import ProcessGroup
 
 from gdn_cp.distributed.collectives import group_rank_size
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, zigzag_order
 from gdn_cp.dtypes import accumulation_dtype, to_dtype
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.models.ulysses_attention import causal_attention
+from gdn_cp.ops import document_bounds, document_positions
 
 LayerType = Literal["linear_attention", "full_attention"]
 
@@ -135,6 +137,7 @@ class FullAttention(nn.Module):
         inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.cp_group: ProcessGroup | None = None
+        self.layout: str = DEFAULT_LAYOUT  # with cp_group, set by apply_context_parallel
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x [B, L, H, D] at global `positions` [L]: rotate the first partial_rotary_factor of D."""
@@ -145,14 +148,23 @@ class FullAttention(nn.Module):
         x_rot, x_pass = x[..., :rot], x[..., rot:]
         return torch.cat((x_rot * cos + _rotate_half(x_rot) * sin, x_pass), dim=-1)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
         c = self.config
         B, L, _ = x.shape
         q, gate = self.q_proj(x).view(B, L, -1, 2 * c.head_dim).chunk(2, dim=-1)
         q = self._rope(self.q_norm(q), positions)
         k = self._rope(self.k_norm(self.k_proj(x).view(B, L, -1, c.head_dim)), positions)
         v = self.v_proj(x).view(B, L, -1, c.head_dim)
-        o = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.cp_group)
+        o = causal_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            self.cp_group,
+            layout=self.layout,
+            cu_seqlens=cu_seqlens,
+        )
         o = o.transpose(1, 2).reshape(B, L, -1) * torch.sigmoid(gate.reshape(B, L, -1))
         return self.o_proj(o)
 
@@ -182,9 +194,14 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.dtype)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.dtype)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
         h = self.input_layernorm(x)
-        h = self.linear_attn(h) if self.layer_type == "linear_attention" else self.self_attn(h, positions)
+        if self.layer_type == "linear_attention":
+            h = self.linear_attn(h, cu_seqlens=cu_seqlens)
+        else:
+            h = self.self_attn(h, positions, cu_seqlens)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -208,19 +225,40 @@ class Qwen35Hybrid(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.dtype)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, dtype=config.dtype)
         self.cp_group: ProcessGroup | None = None  # set by apply_context_parallel
+        self.layout: str = DEFAULT_LAYOUT  # set by apply_context_parallel
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> HybridOutput:
+    def positions(
+        self, shard_len: int, cu_seqlens: torch.Tensor | None, device: torch.device
+    ) -> torch.Tensor:
+        """[L] rotary positions of this rank's tokens: global positions in the model's layout, restarting
+        at every document with cu_seqlens (as packed training does, so a document reads as if alone)."""
+        rank, cp = group_rank_size(self.cp_group) if self.cp_group is not None else (0, 1)
+        if self.layout == "zigzag" and cp > 1:
+            positions = zigzag_order(shard_len * cp, cp, device)[rank * shard_len : (rank + 1) * shard_len]
+        else:
+            positions = torch.arange(rank * shard_len, (rank + 1) * shard_len, device=device)
+        if cu_seqlens is not None:
+            positions = document_positions(document_bounds(cu_seqlens, shard_len * cp), device)[positions]
+        return positions
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+    ) -> HybridOutput:
         """Args:
-        input_ids: [B, L] this rank's tokens
+        input_ids: [B, L] this rank's tokens (equal shards, in the model's layout)
         labels: [B, L] next-token targets already aligned with input_ids (shift the global sequence
             before sharding, so a shard's last label is the next shard's first token); -100 is ignored
+        cu_seqlens: [n + 1] global boundaries of the documents packed in a batch of one (B = 1): no token
+            mixer crosses them, and rotary positions restart at each
         """
-        rank, cp = group_rank_size(self.cp_group) if self.cp_group is not None else (0, 1)
-        L = input_ids.shape[1]
-        positions = torch.arange(rank * L, (rank + 1) * L, device=input_ids.device)
+        _, cp = group_rank_size(self.cp_group) if self.cp_group is not None else (0, 1)
+        positions = self.positions(input_ids.shape[1], cu_seqlens, input_ids.device)
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
-            x = layer(x, positions)
+            x = layer(x, positions, cu_seqlens)
         logits = self.lm_head(self.norm(x))
         if labels is None:
             return HybridOutput(logits, None)

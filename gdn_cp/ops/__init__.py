@@ -16,6 +16,7 @@ Shape legend (the FLA / transformers layout, used by every op here):
     state H        [B, Hv, K, V]
     summary S, M   [B, Hv, K, V], [B, Hv, K, K]   H_out = M @ H_in + S
     packed [S | M] [B, Hv, K, V + K]
+    cu_seqlens     [n + 1] document boundaries of a packed batch (B = 1), as in FLA; states then [n, Hv, K, V]
 
 Every op takes (q, k, v, g, beta) in that order. Inputs in bf16/fp16 are accumulated in fp32 and outputs
 come back in the input dtype; fp64 stays fp64.
@@ -23,6 +24,7 @@ come back in the input dtype; fp64 stays fp64.
 
 from gdn_cp.ops.chunk import ChunkIntermediates, chunk_gated_delta_rule, chunk_outputs, prepare_chunks
 from gdn_cp.ops.conv import causal_conv1d
+from gdn_cp.ops.documents import check_packed_batch, document_bounds, document_positions
 from gdn_cp.ops.flops import chunk_gdn_flops
 from gdn_cp.ops.gates import gdn_gates
 from gdn_cp.ops.norm import gated_rms_norm, l2norm
@@ -40,10 +42,13 @@ __all__ = [
     "ChunkIntermediates",
     "apply_summary",
     "causal_conv1d",
+    "check_packed_batch",
     "chunk_gated_delta_rule",
     "chunk_gdn_flops",
     "chunk_outputs",
     "compose_summaries",
+    "document_bounds",
+    "document_positions",
     "fold_summaries",
     "gated_rms_norm",
     "gdn_gates",

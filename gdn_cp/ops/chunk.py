@@ -24,17 +24,24 @@ structure):
 Context parallelism uses the first two separately (`prepare_chunks`, `chunk_outputs`): a rank prepares once,
 summarises (gdn_cp.ops.summary), and computes its outputs when the entering state arrives.
 
+Segments (packed documents, cu_seqlens; gdn_cp.ops.documents): every segment is cut into chunks of its own,
+so the chunk math above is unchanged; the scan enters a segment's first chunk with that segment's initial
+state and writes the state leaving its last chunk as the segment's final state (the backward mirrors both).
+Without cu_seqlens the whole sequence is one segment.
+
 Every Python loop is over chunks with constant work per step, and the backward writes each gradient once:
 O(T) in forward and backward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from gdn_cp.ops.documents import ChunkGrid, check_packed_batch, chunk_grid, document_bounds
 from gdn_cp.ops.inputs import check_gdn_inputs, head_major_inputs
 from gdn_cp.ops.triangular import unit_lower_inverse
 
@@ -70,6 +77,10 @@ class ChunkIntermediates:
     """T before padding to a multiple of C."""
     dtype: torch.dtype
     """The caller's dtype: outputs come back in it."""
+    grid: ChunkGrid
+    """Which chunks hold which tokens, and which chunks each segment (document) owns."""
+    per_segment: bool = False
+    """Prepared with cu_seqlens: states are given and returned per segment ([B, n, Hv, K, V])."""
 
     @property
     def num_chunks(self) -> int:
@@ -256,30 +267,59 @@ class _PrepareChunks(torch.autograd.Function):
 # scan: intermediates and an entering state -> outputs and the leaving state
 
 
-def _scan_states(
-    k_tail: torch.Tensor, w: torch.Tensor, u: torch.Tensor, decay: torch.Tensor, h0: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(states entering each chunk [..., N, K, V], v_new [..., N, C, V], final state [..., K, V]).
+@dataclass(frozen=True, slots=True)
+class _BlockSegments:
+    """The segments (documents) seen by one scan over a block of chunks: `starts` / `ends` map a chunk of the
+    block to the segment it starts / ends; `initial` and `final` are [B, Hk, G, n, K, V], the segments'
+    entering and leaving states (their gradients in a backward scan)."""
 
-    Runs inside autograd Functions (no graph), so results go straight into preallocated tensors.
+    starts: dict[int, int]
+    ends: dict[int, int]
+    initial: torch.Tensor
+    final: torch.Tensor | None
+
+
+def _block_segments(
+    grid: ChunkGrid, lo: int, hi: int, initial: torch.Tensor, final: torch.Tensor
+) -> _BlockSegments:
+    return _BlockSegments(grid.segment_starts(lo, hi), grid.segment_ends(lo, hi), initial, final)
+
+
+def _scan_states(
+    k_tail: torch.Tensor,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    decay: torch.Tensor,
+    h: torch.Tensor,
+    segments: _BlockSegments,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(states entering each chunk [..., N, K, V], v_new [..., N, C, V], the state leaving the last chunk).
+
+    h: the state entering the first chunk when it does not start a segment. A chunk that starts segment j
+    enters with segments.initial[..., j] instead; the state leaving segment j's last chunk is written to
+    segments.final[..., j]. Runs inside autograd Functions (no graph), so results go straight into
+    preallocated tensors.
     """
     N = u.shape[3]
-    states = h0.new_empty(*h0.shape[:3], N, *h0.shape[3:])
+    states = h.new_empty(*h.shape[:3], N, *h.shape[3:])
     v_new = torch.empty_like(u)
-    h = h0
     for n in range(N):
+        if n in segments.starts:
+            h = segments.initial[:, :, :, segments.starts[n]]
         states[:, :, :, n] = h
         torch.sub(u[:, :, :, n], w[:, :, :, n] @ h, out=v_new[:, :, :, n])
         h = decay[:, :, :, n, None, None] * h + k_tail[:, :, :, n].transpose(-1, -2) @ v_new[:, :, :, n]
+        if n in segments.ends:
+            segments.final[:, :, :, segments.ends[n]] = h
     return states, v_new, h
 
 
 def _scan_fwd(
-    inter: tuple[torch.Tensor, ...], h0: torch.Tensor
+    inter: tuple[torch.Tensor, ...], h: torch.Tensor, segments: _BlockSegments
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(o [B, Hk, G, N, C, V], the entering states [B, Hk, G, N, K, V], the final state [B, Hk, G, K, V])."""
+    """(o [B, Hk, G, N, C, V], entering states [B, Hk, G, N, K, V], the leaving state [B, Hk, G, K, V])."""
     q_decayed, k_tail, w, u, attn, decay = inter
-    states, v_new, h = _scan_states(k_tail, w, u, decay, h0)
+    states, v_new, h = _scan_states(k_tail, w, u, decay, h, segments)
     return q_decayed @ states + attn @ v_new, states, h
 
 
@@ -287,11 +327,15 @@ def _scan_bwd(
     inter: tuple[torch.Tensor, ...],
     states: torch.Tensor,
     d_o: torch.Tensor,
-    d_final: torch.Tensor,
+    dh: torch.Tensor,
+    segments: _BlockSegments,
     v_new: torch.Tensor | None = None,
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    """Gradients of the intermediates (Qg, Kt, W, U, P, decay) and of the entering state h0.
+    """Gradients of the intermediates (Qg, Kt, W, U, P, decay), and dL/d(the state entering the first chunk).
 
+    dh: dL/d(the state leaving the last chunk) when it does not end a segment. Segments mirror the forward:
+    a chunk that ends segment j leaves with segments.final's gradient (segments.final holds dL/dfinal here),
+    and dL/d(segment j's initial state) is written to segments.initial[..., j].
     The reverse scan runs over chunks: dH_in = Qg^T dO - W^T (P^T dO) + e^gamma_C dH_out - W^T (Kt dH_out);
     everything else is batched over chunks afterwards. v_new: U - W H, when the caller has it.
     """
@@ -299,15 +343,18 @@ def _scan_bwd(
     d_v_local = attn.transpose(-1, -2) @ d_o  # the part of dv_new that does not go through later states
     wT = w.transpose(-1, -2)
     local = q_decayed.transpose(-1, -2) @ d_o - wT @ d_v_local  # [.., N, K, V]
-    dh = d_final
     d_h_out = torch.empty_like(states)  # the gradient of the state leaving each chunk
     for n in range(w.shape[3] - 1, -1, -1):
+        if n in segments.ends:
+            dh = segments.final[:, :, :, segments.ends[n]]
         d_h_out[:, :, :, n] = dh
         dh = (
             local[:, :, :, n]
             + decay[:, :, :, n, None, None] * dh
             - wT[:, :, :, n] @ (k_tail[:, :, :, n] @ dh)
         )
+        if n in segments.starts:
+            segments.initial[:, :, :, segments.starts[n]] = dh
     if v_new is None:
         v_new = u - w @ states
     d_u = d_v_local + k_tail @ d_h_out
@@ -324,20 +371,27 @@ def _scan_bwd(
 
 class _ChunkScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q_decayed, k_tail, w, u, attn, decay, h0):
+    def forward(ctx, q_decayed, k_tail, w, u, attn, decay, h_start, grid):
         inter = (q_decayed, k_tail, w, u, attn, decay)
-        o, states, h = _scan_fwd(inter, h0)
+        final = h_start.clone()  # a segment without chunks (T = 0) leaves as it entered
+        segments = _block_segments(grid, 0, grid.num_chunks, h_start, final)
+        o, states, _ = _scan_fwd(inter, h_start[:, :, :, 0], segments)
         ctx.save_for_backward(*inter, states)
-        return o, h
+        ctx.grid = grid
+        return o, final
 
     @staticmethod
     def backward(ctx, d_o, d_final):
         *inter, states = ctx.saved_tensors
         w, u = inter[2], inter[3]
         d_o = torch.zeros_like(u) if d_o is None else d_o
-        d_final = u.new_zeros(*u.shape[:3], w.shape[-1], u.shape[-1]) if d_final is None else d_final
-        grads, dh0 = _scan_bwd(tuple(inter), states, d_o, d_final)
-        return (*grads, dh0)
+        n = ctx.grid.num_segments
+        if d_final is None:
+            d_final = u.new_zeros(*u.shape[:3], n, w.shape[-1], u.shape[-1])
+        d_start = d_final.clone()
+        segments = _block_segments(ctx.grid, 0, ctx.grid.num_chunks, d_start, d_final)
+        grads, _ = _scan_bwd(tuple(inter), states, d_o, d_final[:, :, :, -1], segments)
+        return (*grads, d_start, None)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -346,7 +400,7 @@ class _ChunkScan(torch.autograd.Function):
 
 class _ChunkGatedDeltaRule(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, gamma, beta, h0):
+    def forward(ctx, q, k, v, gamma, beta, h_start, grid):
         # Block by block of chunks, so that the intermediates of one block at a time are alive; kept: the
         # outputs, A, and the state entering every block.
         # q and k arrive as strided views of [B, T, Hk, K] and feed every product: one copy each here (the
@@ -355,41 +409,52 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         B, Hk, G, N, C, _ = v.shape
         o = torch.empty_like(v)
         A = v.new_empty(B, Hk, G, N, C, C)
+        final = h_start.clone()  # a segment without chunks (T = 0) leaves as it entered
         # The state entering every backward block, taken from the chunk states of each forward block.
-        block_states = h0.new_empty(B, Hk, G, -(-N // BACKWARD_BLOCK), *h0.shape[-2:])
-        h = h0
+        block_states = h_start.new_empty(B, Hk, G, -(-N // BACKWARD_BLOCK), *h_start.shape[-2:])
+        h = h_start[:, :, :, 0]
         for lo in range(0, N, FORWARD_BLOCK):
             span = slice(lo, lo + FORWARD_BLOCK)
+            segments = _block_segments(grid, lo, lo + FORWARD_BLOCK, h_start, final)
             inter, A[:, :, :, span] = _prepare_fwd(*(t[:, :, :, span] for t in (q, k, v, gamma, beta)))
-            o[:, :, :, span], states, h = _scan_fwd(inter, h)
+            o[:, :, :, span], states, h = _scan_fwd(inter, h, segments)
             first = lo // BACKWARD_BLOCK
             kept = states[:, :, :, ::BACKWARD_BLOCK]
             block_states[:, :, :, first : first + kept.shape[3]] = kept
-        ctx.save_for_backward(q, k, v, gamma, beta, A, block_states)
-        return o, h
+        ctx.save_for_backward(q, k, v, gamma, beta, A, block_states, h_start)
+        ctx.grid = grid
+        return o, final
 
     @staticmethod
     def backward(ctx, d_o, d_final):
-        q, k, v, gamma, beta, A, block_states = ctx.saved_tensors
+        q, k, v, gamma, beta, A, block_states, h_start = ctx.saved_tensors
+        grid = ctx.grid
         d_o = torch.zeros_like(v) if d_o is None else d_o
-        dh = v.new_zeros(*v.shape[:3], k.shape[-1], v.shape[-1]) if d_final is None else d_final
+        if d_final is None:
+            d_final = v.new_zeros(*v.shape[:3], grid.num_segments, k.shape[-1], v.shape[-1])
+        d_start = d_final.clone()
+        dh = d_final[:, :, :, -1]  # the last chunk ends the last segment: replaced there
         # Each block's gradients are written once into their place (no autograd here, so in place is O(T)).
         out = [torch.empty_like(t) for t in (q, k, v, gamma, beta)]
         for b in range(block_states.shape[3] - 1, -1, -1):
-            span = slice(b * BACKWARD_BLOCK, (b + 1) * BACKWARD_BLOCK)
+            lo = b * BACKWARD_BLOCK
+            span = slice(lo, lo + BACKWARD_BLOCK)
             *inputs, A_block, d_o_block = (t[:, :, :, span] for t in (q, k, v, gamma, beta, A, d_o))
             # dO arrives as a strided view of the caller's [B, T, Hv, V]: one copy of the block, not one per
             # product that reads it.
             d_o_block = d_o_block.contiguous()
             decays = _decays(inputs[3])
             inter, _ = _prepare_fwd(*inputs, A=A_block, decays=decays)
-            states, v_new, _ = _scan_states(inter[1], inter[2], inter[3], inter[5], block_states[:, :, :, b])
-            grads, dh = _scan_bwd(inter, states, d_o_block, dh, v_new)
+            # The recomputed forward needs the segments' initial states; its finals are not kept.
+            replay = _BlockSegments(grid.segment_starts(lo, lo + BACKWARD_BLOCK), {}, h_start, None)
+            states, v_new, _ = _scan_states(*inter[1:4], inter[5], block_states[:, :, :, b], replay)
+            segments = _block_segments(grid, lo, lo + BACKWARD_BLOCK, d_start, d_final)
+            grads, dh = _scan_bwd(inter, states, d_o_block, dh, segments, v_new)
             for full, part in zip(
                 out, _prepare_bwd(tuple(inputs), A_block, grads, attn=inter[4], decays=decays), strict=True
             ):
                 full[:, :, :, span] = part
-        return (*out, dh)
+        return (*out, d_start, None)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -398,7 +463,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
 
 @dataclass(frozen=True, slots=True)
 class _Chunked:
-    """Inputs of the pieces: head-major, padded to N chunks, grouped, in the accumulation dtype."""
+    """Inputs of the pieces: head-major, in chunks (`grid`), grouped, in the accumulation dtype."""
 
     q: torch.Tensor  # [B, Hk, 1, N, C, K]
     k: torch.Tensor  # [B, Hk, 1, N, C, K]
@@ -406,6 +471,7 @@ class _Chunked:
     g: torch.Tensor  # [B, Hk, G, N, C]  (per token; cumulated inside each chunk by the caller)
     beta: torch.Tensor  # [B, Hk, G, N, C]
     seq_len: int
+    grid: ChunkGrid
 
 
 def _chunked_inputs(
@@ -417,19 +483,24 @@ def _chunked_inputs(
     scale: float | None,
     use_qk_l2norm_in_kernel: bool,
     chunk_size: int,
+    bounds: list[int] | None,
 ) -> _Chunked:
-    """Normalise, cast and lay out the inputs; the tail is padded with g = 0 and beta = 0, which leaves the
-    state untouched."""
+    """Normalise, cast and lay out the inputs in chunks; padding (the tail of every document) has g = 0 and
+    beta = 0, which leaves the state untouched."""
     x = head_major_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
     B, Hk, T, _ = x.k.shape
     G = x.v.shape[1] // Hk
     C = chunk_size
-    pad = (-T) % C
-    N = (T + pad) // C
+    grid = chunk_grid(bounds, T, C, q.device)
+    N = grid.num_chunks
 
     def chunked(t: torch.Tensor, groups: int) -> torch.Tensor:
-        if pad:
-            t = F.pad(t, (0, 0, 0, pad) if t.dim() == 4 else (0, pad))
+        if grid.token_index is None:
+            pad = N * C - T
+            if pad:
+                t = F.pad(t, (0, 0, 0, pad) if t.dim() == 4 else (0, pad))
+        else:
+            t = t.new_zeros(*t.shape[:2], N * C, *t.shape[3:]).index_copy(2, grid.token_index, t)
         return t.reshape(B, Hk, groups, N, C, *t.shape[3:])
 
     return _Chunked(
@@ -439,13 +510,42 @@ def _chunked_inputs(
         g=chunked(x.g, G),
         beta=chunked(x.beta, G),
         seq_len=T,
+        grid=grid,
     )
 
 
-def _outputs(o: torch.Tensor, seq_len: int, dtype: torch.dtype) -> torch.Tensor:
+def _outputs(o: torch.Tensor, seq_len: int, grid: ChunkGrid, dtype: torch.dtype) -> torch.Tensor:
     """[B, Hk, G, N, C, V] -> [B, T, Hv, V] in `dtype`."""
     B, Hk, G, N, C, V = o.shape
-    return o.reshape(B, Hk * G, N * C, V)[:, :, :seq_len].transpose(1, 2).to(dtype)
+    o = o.reshape(B, Hk * G, N * C, V)
+    o = o[:, :, :seq_len] if grid.token_index is None else o.index_select(2, grid.token_index)
+    return o.transpose(1, 2).to(dtype)
+
+
+def _segment_states(
+    state: torch.Tensor | None, like: torch.Tensor, segments: int, k_dim: int
+) -> torch.Tensor:
+    """[B, Hv, K, V] (one segment) or [B, n, Hv, K, V] -> [B, Hk, G, n, K, V] in the dtype and grouping of
+    `like` (v or U, [B, Hk, G, N, C, V]); None -> zeros."""
+    batch, hk, group, v_dim = (*like.shape[:3], like.shape[-1])
+    if state is None:
+        return like.new_zeros(batch, hk, group, segments, k_dim, v_dim)
+    state = state.to(like.dtype)
+    if state.dim() == 4:
+        state = state.unsqueeze(1)
+    return state.reshape(batch, segments, hk, group, k_dim, v_dim).permute(0, 2, 3, 1, 4, 5)
+
+
+def _segment_results(final: torch.Tensor, per_segment: bool) -> torch.Tensor:
+    """[B, Hk, G, n, K, V] -> [B, n, Hv, K, V] (per_segment) or [B, Hv, K, V] (one segment)."""
+    B, Hk, G, n, K, V = final.shape
+    final = final.permute(0, 3, 1, 2, 4, 5).reshape(B, n, Hk * G, K, V)
+    return final if per_segment else final[:, 0]
+
+
+def _check_state_shape(state: torch.Tensor | None, expected: tuple[int, ...], what: str) -> None:
+    if state is not None and tuple(state.shape) != expected:
+        raise ValueError(f"initial_state must be {what} = {list(expected)}, got {list(state.shape)}")
 
 
 def prepare_chunks(
@@ -457,6 +557,7 @@ def prepare_chunks(
     scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = 64,
+    cu_seqlens: torch.Tensor | Sequence[int] | None = None,
 ) -> ChunkIntermediates:
     """Split the sequence into chunks of `chunk_size` and compute their state-independent intermediates.
 
@@ -472,12 +573,16 @@ def prepare_chunks(
         scale: multiplies q; default K ** -0.5
         use_qk_l2norm_in_kernel: L2-normalise q and k first
         chunk_size: C
+        cu_seqlens: [n + 1] boundaries of n segments (0 < ... < T) that share no state, the same in every
+            batch row (unlike `chunk_gated_delta_rule`, B may exceed 1 here: a context-parallel rank cuts its
+            shard at its pieces' edges); None: one segment
     Returns:
-        ChunkIntermediates with N = ceil(T / C) chunks.
+        ChunkIntermediates with one chunk grid in which no chunk spans two segments.
     """
     check_gdn_inputs(q, k, v, g, beta)
     _check_chunk_size(chunk_size)
-    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size)
+    bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, q.shape[1])
+    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds)
     q_decayed, k_tail, w, u, attn, decay = _PrepareChunks.apply(x.q, x.k, x.v, x.g.cumsum(-1), x.beta)
     return ChunkIntermediates(
         q_decayed=q_decayed,
@@ -488,6 +593,8 @@ def prepare_chunks(
         decay_grouped=decay,
         seq_len=x.seq_len,
         dtype=q.dtype,
+        grid=x.grid,
+        per_segment=cu_seqlens is not None,
     )
 
 
@@ -496,30 +603,35 @@ def chunk_outputs(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Outputs of prepared chunks given the state entering the first one.
+    """Outputs of prepared chunks given the state entering every segment.
 
     Args:
         chunks: from `prepare_chunks`
-        initial_state: [B, Hv, K, V] or None (zeros)
-        output_final_state: also return the state after the last token
+        initial_state: [B, Hv, K, V] (prepared without cu_seqlens) or [B, n, Hv, K, V] (one per segment), or
+            None (zeros)
+        output_final_state: also return the state after every segment
     Returns:
-        o [B, T, Hv, V] in the inputs' dtype; final state [B, Hv, K, V] in the accumulation dtype, or None.
+        o [B, T, Hv, V] in the inputs' dtype; final state(s), shaped like initial_state, in the accumulation
+        dtype, or None.
     """
     w, u = chunks.w_grouped, chunks.u_grouped
     B, Hk, G, K, V = (*w.shape[:3], w.shape[-1], u.shape[-1])
-    if initial_state is None:
-        h0 = u.new_zeros(B, Hk, G, K, V)
-    elif tuple(initial_state.shape) != (B, Hk * G, K, V):
-        raise ValueError(
-            f"initial_state must be [B, Hv, K, V] = {[B, Hk * G, K, V]}, got {list(initial_state.shape)}"
-        )
-    else:
-        h0 = initial_state.to(u.dtype).reshape(B, Hk, G, K, V)
-    o, h = _ChunkScan.apply(
-        chunks.q_decayed, chunks.k_tail_grouped, w, u, chunks.attn_grouped, chunks.decay_grouped, h0
+    n = chunks.grid.num_segments
+    expected = (B, n, Hk * G, K, V) if chunks.per_segment else (B, Hk * G, K, V)
+    _check_state_shape(initial_state, expected, "[B, n, Hv, K, V]" if chunks.per_segment else "[B, Hv, K, V]")
+    h0 = _segment_states(initial_state, u, n, K)
+    o, final = _ChunkScan.apply(
+        chunks.q_decayed,
+        chunks.k_tail_grouped,
+        w,
+        u,
+        chunks.attn_grouped,
+        chunks.decay_grouped,
+        h0,
+        chunks.grid,
     )
-    final = h.reshape(B, Hk * G, K, V) if output_final_state else None
-    return _outputs(o, chunks.seq_len, chunks.dtype), final
+    final = _segment_results(final, chunks.per_segment) if output_final_state else None
+    return _outputs(o, chunks.seq_len, chunks.grid, chunks.dtype), final
 
 
 def chunk_gated_delta_rule(
@@ -532,6 +644,7 @@ def chunk_gated_delta_rule(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The Gated DeltaNet over a whole sequence, chunk by chunk; same results as the recurrent reference.
@@ -543,22 +656,34 @@ def chunk_gated_delta_rule(
         g: [B, T, Hv] log-decay (<= 0)
         beta: [B, T, Hv]
         scale: multiplies q; default K ** -0.5
-        initial_state: [B, Hv, K, V] or None (zeros)
-        output_final_state: also return H_T
+        initial_state: [B, Hv, K, V], or [n, Hv, K, V] with cu_seqlens (one per document), or None (zeros)
+        output_final_state: also return the final state(s), shaped like initial_state
         use_qk_l2norm_in_kernel: L2-normalise q and k first
+        cu_seqlens: [n + 1] LongTensor of document boundaries in a packed batch (B = 1), as in FLA: the state
+            restarts at every document
         chunk_size: C; any T works
     Returns:
-        o [B, T, Hv, V] in q's dtype; H_T [B, Hv, K, V] in the accumulation dtype, or None.
+        o [B, T, Hv, V] in q's dtype; the final state(s) in the accumulation dtype, or None.
     """
-    check_gdn_inputs(q, k, v, g, beta, initial_state)
+    check_gdn_inputs(q, k, v, g, beta)
     _check_chunk_size(chunk_size)
-    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size)
-    B, Hk, G = x.v.shape[:3]
-    K, V = x.k.shape[-1], x.v.shape[-1]
-    if initial_state is None:
-        h0 = x.v.new_zeros(B, Hk, G, K, V)
+    B, T, _, K = k.shape
+    Hv, V = v.shape[2], v.shape[3]
+    bounds = None
+    if cu_seqlens is not None:
+        check_packed_batch(B)
+        bounds = document_bounds(cu_seqlens, T)
+        _check_state_shape(initial_state, (len(bounds) - 1, Hv, K, V), "[n, Hv, K, V] (one per document)")
+        if initial_state is not None:
+            initial_state = initial_state.unsqueeze(0)
     else:
-        h0 = initial_state.to(x.v.dtype).reshape(B, Hk, G, K, V)
-    o, h = _ChunkGatedDeltaRule.apply(x.q, x.k, x.v, x.g.cumsum(-1), x.beta, h0)
-    final = h.reshape(B, Hk * G, K, V) if output_final_state else None
-    return _outputs(o, x.seq_len, q.dtype), final
+        _check_state_shape(initial_state, (B, Hv, K, V), "[B, Hv, K, V]")
+    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds)
+    h0 = _segment_states(initial_state, x.v, x.grid.num_segments, K)
+    o, final = _ChunkGatedDeltaRule.apply(x.q, x.k, x.v, x.g.cumsum(-1), x.beta, h0, x.grid)
+    if output_final_state:
+        final = _segment_results(final, per_segment=cu_seqlens is not None)
+        final = final[0] if cu_seqlens is not None else final
+    else:
+        final = None
+    return _outputs(o, x.seq_len, x.grid, q.dtype), final

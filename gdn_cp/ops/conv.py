@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
+
+from gdn_cp.ops.documents import document_bounds, document_positions
 
 
 def causal_conv1d(
@@ -11,6 +15,7 @@ def causal_conv1d(
     weight: torch.Tensor,
     halo: torch.Tensor | None = None,
     activation: str | None = "silu",
+    cu_seqlens: torch.Tensor | Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Depthwise causal convolution over the sequence, for the local tokens only.
 
@@ -23,6 +28,8 @@ def causal_conv1d(
         weight: [D, W] or [D, 1, W] (nn.Conv1d layout) depthwise kernel
         halo: [B, h, D] with h <= W-1, the tokens immediately before x (oldest first), or None
         activation: "silu" or None
+        cu_seqlens: [n + 1] boundaries of the documents in x (0 < ... < T, the same in every row): a token
+            sees only earlier tokens of its own document; the halo belongs to the first one.
     Returns:
         [B, T, D] in x's dtype.
     """
@@ -43,7 +50,29 @@ def causal_conv1d(
         x_ext = x
     # [B, D, T] for conv1d; the remaining left context is zero padding, as at a sequence start.
     xc = F.pad(x_ext.transpose(1, 2).to(weight.dtype), (left, 0))
-    out = F.conv1d(xc, weight.unsqueeze(1), groups=D)
+    bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, x.shape[1])
+    if bounds is None or len(bounds) == 2:
+        out = F.conv1d(xc, weight.unsqueeze(1), groups=D)
+    else:
+        out = _conv_within_documents(xc, weight, bounds, W - 1 - left)
     if activation == "silu":
         out = F.silu(out)
     return out.transpose(1, 2).to(x.dtype)
+
+
+def _conv_within_documents(
+    xc: torch.Tensor, weight: torch.Tensor, bounds: list[int], halo: int
+) -> torch.Tensor:
+    """The depthwise convolution tap by tap, each tap masked where it would reach before the token's document.
+
+    xc [B, D, W - 1 + T] (left context included), weight [D, W]; `halo` real tokens of context precede the
+    first document. Returns [B, D, T].
+    """
+    W, T = weight.shape[1], xc.shape[-1] - weight.shape[1] + 1
+    seen = document_positions(bounds, xc.device)  # earlier tokens of its document each token may see
+    seen[: bounds[1]] += halo
+    out = xc[..., W - 1 :] * weight[:, W - 1, None]
+    for back in range(1, W):  # tap W-1-back reads the token `back` steps before
+        tap = xc[..., W - 1 - back : W - 1 - back + T] * weight[:, W - 1 - back, None]
+        out = out + tap * (seen >= back).to(tap.dtype)
+    return out

@@ -86,18 +86,24 @@ def _reduce_chunk_summaries(
     return S[:, :, 0], M[:, :, 0]
 
 
-def gdn_state_summary(chunks: ChunkIntermediates, checkpoint_summary: bool = False) -> Summary:
-    """The affine map of a whole prepared segment: final_state(initial_state=H) == M @ H + S for every H.
+def gdn_state_summary(
+    chunks: ChunkIntermediates, checkpoint_summary: bool = False, segment: int = -1
+) -> Summary:
+    """The affine map of one prepared segment (by default the last, or the only one): the state leaving it
+    is M @ H + S for the state H entering it.
 
     Args:
         chunks: from `prepare_chunks`
         checkpoint_summary: compute under non-reentrant activation checkpointing, so the forward keeps no
             per-chunk graph and the backward recomputes it (less peak memory, a little more time); values
             and gradients are the same.
+        segment: which segment (of cu_seqlens in `prepare_chunks`), Python indexing
     Returns:
         (S [B, Hv, K, V], M [B, Hv, K, K]) in the accumulation dtype.
     """
-    args = (chunks.w, chunks.u, chunks.k_tail, chunks.decay)
+    offsets = chunks.grid.chunk_offsets
+    span = slice(offsets[:-1][segment], offsets[1:][segment])
+    args = (chunks.w[:, :, span], chunks.u[:, :, span], chunks.k_tail[:, :, span], chunks.decay[:, :, span])
     if checkpoint_summary:
         return checkpoint(_reduce_chunk_summaries, *args, use_reentrant=False)
     return _reduce_chunk_summaries(*args)

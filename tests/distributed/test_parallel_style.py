@@ -34,7 +34,9 @@ def test_is_a_parallel_style_with_fixed_fields() -> None:
     assert style.src_data_rank is None
     same = LinearAttentionContextParallel(mode="p2p", checkpoint_summary=False)
     assert style == same and hash(style) == hash(same)
-    assert repr(style) == "LinearAttentionContextParallel(mode='p2p', checkpoint_summary=False)"
+    assert repr(style) == (
+        "LinearAttentionContextParallel(mode='p2p', checkpoint_summary=False, layout='contiguous')"
+    )
 
 
 @pytest.mark.multirank

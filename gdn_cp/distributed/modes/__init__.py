@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.modes.all_gather import AllGatherMode
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.distributed.modes.p2p import P2PMode
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 from gdn_cp.distributed.modes.ulysses import UlyssesMode
-from gdn_cp.distributed.sharding import check_sequence_split
+from gdn_cp.distributed.sharding import check_layout_split
 from gdn_cp.layers import GatedDeltaNetConfig
 
 ModeName = Literal["ulysses", "p2p", "all_gather"]
@@ -51,18 +52,26 @@ def mode_order(mode: str) -> int:
     return MODES.index(mode) if mode in MODE_CLASSES else len(MODES)
 
 
-def check_cp_shapes(mode: str, config: GatedDeltaNetConfig, cp_size: int, seq_len: int | None = None) -> None:
-    """Raise ValueError, with the fix, if `mode` cannot run `config` on `cp_size` ranks at `seq_len` tokens.
+def check_cp_shapes(
+    mode: str,
+    config: GatedDeltaNetConfig,
+    cp_size: int,
+    seq_len: int | None = None,
+    layout: str = DEFAULT_LAYOUT,
+) -> None:
+    """Raise ValueError, with the fix, if `mode` cannot run `config` on `cp_size` ranks at `seq_len` tokens
+    sharded evenly in `layout` (gdn_cp.distributed.shard_sequence).
 
     Rules: the mode exists; cp_size >= 1; the mode's own shape rules (ulysses: heads divisible by cp); the
-    global sequence must split evenly over the ranks.
+    global sequence must split evenly over the ranks (zigzag: into 2 cp pieces). The layers themselves also
+    take uneven contiguous shards.
     """
     cls = mode_class(mode)
     if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
         raise ValueError(f"cp size must be a positive integer, got {cp_size!r}")
     cls.check_shapes(config, cp_size)
     if seq_len is not None:
-        check_sequence_split(seq_len, cp_size)
+        check_layout_split(seq_len, cp_size, layout)
 
 
 __all__ = [

@@ -1,8 +1,8 @@
 """All-gather CP: every rank gathers all summaries and folds those of the ranks before it.
 
-Summaries are packed as [S | M] ([B, Hv, K, V + K]) into one differentiable all-gather; rank r then folds
-ranks 0..r-1 locally into its H_in. One collective and no sequential hops, at the cost of moving cp
-summaries (K x (V + K) each) instead of one state.
+Summaries are packed as [S | M] ([B, Hv, K, V + K]), one per piece, into one differentiable all-gather; the
+holder of piece j then folds pieces 0..j-1 locally into its H_in. One collective and no sequential hops, at
+the cost of moving every piece's summary (K x (V + K) each) instead of one state.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 
 from gdn_cp.distributed.collectives import all_gather_stack
 from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 from gdn_cp.ops import fold_summaries, pack_summary, unpack_summary
@@ -28,22 +29,33 @@ class AllGatherMode(SequenceShardMode):
 
     @classmethod
     def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
-        """One all-gather of the packed [S | M]: (cp - 1) B Hv K (V + K) s each way; the backward moves the
-        same volume back, to sum each slot at its owner."""
+        """One all-gather of the packed [S | M] of every piece (P per rank): (cp - 1) P B Hv K (V + K) s each
+        way; the backward moves the same volume back, to sum each slot at its owner."""
         c = case.config
         packed = (case.cp - 1) * case.batch * c.num_v_heads * c.head_k_dim * (c.head_v_dim + c.head_k_dim)
-        packed *= state_bytes
+        packed *= state_bytes * pieces_per_rank(case.layout)
         passes = 2 if case.backward else 1
         add_volume(volume, "all_gather", passes * packed, passes * packed, passes)
 
-    def initial_state(self, S: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-        gathered = all_gather_stack(pack_summary(S, M), self.group)  # [cp, B, Hv, K, V + K]
-        S_all, M_all = unpack_summary(gathered, S.shape[-1])
-        # Fold every slot, those of this rank and later ones replaced by the identity map (S = 0, M = I):
-        # the result is the fold of ranks 0..r-1, and every rank's output depends on the gather, so its
-        # backward (a collective) runs on every rank, rank 0 included.
-        before = (torch.arange(self.size, device=S.device) < self.rank).view(-1, 1, 1, 1, 1)
+    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
+        gathered = all_gather_stack(pack_summary(S, M), self.group)  # [cp, P, B, Hv, K, V + K]
+        # Global order: piece j is slot (owner, its position among the owner's pieces).
+        per_rank = gathered.shape[1]
+        seen = [0] * self.size
+        slots = []
+        for owner in plan.owners:
+            slots.append(owner * per_rank + seen[owner])
+            seen[owner] += 1
+        ordered = gathered.flatten(0, 1).index_select(0, torch.tensor(slots, device=S.device))
+        S_all, M_all = unpack_summary(ordered, S.shape[-1])
         eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
-        S_all = torch.where(before, S_all, torch.zeros_like(S_all))
-        M_all = torch.where(before, M_all, eye)
-        return fold_summaries(list(zip(S_all.unbind(0), M_all.unbind(0), strict=True)))
+        states = []
+        for j in plan.local_pieces:
+            # Fold every slot, those of piece j and later replaced by the identity map (S = 0, M = I): the
+            # result is the fold of pieces 0..j-1, and it depends on the gather on every rank (piece 0 too),
+            # so the gather's backward (a collective) runs everywhere.
+            before = (torch.arange(len(slots), device=S.device) < j).view(-1, 1, 1, 1, 1)
+            S_j = torch.where(before, S_all, torch.zeros_like(S_all))
+            M_j = torch.where(before, M_all, eye)
+            states.append(fold_summaries(list(zip(S_j.unbind(0), M_j.unbind(0), strict=True))))
+        return torch.stack(states)

@@ -1,11 +1,13 @@
 """The base of every CP mode: the call boundary of a GatedDeltaNet under context parallelism, and the facts
 a mode declares about itself (read through the registry, gdn_cp.distributed.modes).
 
-A mode receives the layer and this rank's input shard and returns this rank's output shard. The base class
-handles what all modes share: DTensor inputs (a Shard(1) placement; its local shard is used and the output
-is wrapped back) and the clear error for shards of different lengths. The lengths are never checked by a
-collective of their own: each mode learns them from the first exchange it makes anyway (`shard_lengths`)
-and calls `check_even_shards` before anything depends on them.
+A mode runs at two levels, on this rank's shard in the mode's layout (gdn_cp.distributed.layout):
+- the layer (`__call__` / `forward_shard`): hidden states in, hidden states out, optionally packed documents;
+- the op (`gated_delta_rule`, public as gdn_cp.distributed.cp_chunk_gated_delta_rule): q, k, v, g, beta in,
+  outputs and final states out, as gdn_cp.ops.chunk_gated_delta_rule on the whole sequence.
+The base class handles what all modes share: DTensor inputs (a Shard(1) placement; its local shard is used and
+the output is wrapped back), and the local input checks whose verdict rides in the header every mode
+exchanges first (gdn_cp.distributed.layout), so that a bad input raises on every rank together.
 """
 
 from __future__ import annotations
@@ -18,10 +20,18 @@ import torch
 from torch.distributed import ProcessGroup
 from torch.distributed.tensor import DTensor, Shard
 
-from gdn_cp.distributed.collectives import group_rank_size
+from gdn_cp.distributed.collectives import exchange_header, group_rank_size
 from gdn_cp.distributed.comm_stats import Volume
-from gdn_cp.distributed.sharding import check_sequence_split
+from gdn_cp.distributed.layout import (
+    DEFAULT_LAYOUT,
+    LocalShard,
+    ShardPlan,
+    agree,
+    check_layout,
+    check_local_input,
+)
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.ops.inputs import check_gdn_inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +48,8 @@ class CommCase:
     batch: int
     backward: bool
     """Forward and backward (else the forward alone)."""
-    first_call: bool
-    """The layer's first call, or the first after its shard length changed."""
+    layout: str = DEFAULT_LAYOUT
+    """How the sequence is cut over the ranks (gdn_cp.distributed.layout)."""
 
 
 class CPMode(ABC):
@@ -57,10 +67,14 @@ class CPMode(ABC):
     marker: ClassVar[str]
     """Its marker in charts (matplotlib marker)."""
 
-    def __init__(self, group: ProcessGroup | None, checkpoint_summary: bool) -> None:
+    def __init__(
+        self, group: ProcessGroup | None, checkpoint_summary: bool, layout: str = DEFAULT_LAYOUT
+    ) -> None:
+        check_layout(layout)
         self.group = group
         self.rank, self.size = group_rank_size(group)
         self.checkpoint_summary = checkpoint_summary
+        self.layout = layout
 
     # -- facts, for validation, estimates and the communication model -------------------------------------
 
@@ -83,7 +97,9 @@ class CPMode(ABC):
 
     # -- the call -------------------------------------------------------------------------------------------
 
-    def __call__(self, layer: GatedDeltaNet, hidden_states: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, layer: GatedDeltaNet, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
         placement = None
         if isinstance(hidden_states, DTensor):
             placement = (hidden_states.device_mesh, hidden_states.placements)
@@ -93,21 +109,79 @@ class CPMode(ABC):
                     f"{hidden_states.placements}"
                 )
             hidden_states = hidden_states.to_local()
-        out = self.forward_shard(layer, hidden_states)
+        out = self.forward_shard(layer, hidden_states, cu_seqlens)
         if placement is not None:
             out = DTensor.from_local(out, placement[0], placement[1], run_check=False)
         return out
 
-    def check_even_shards(self, lengths: list[int]) -> None:
-        """Refuse shards of different lengths (every rank sees the same `lengths`, so every rank raises)."""
-        if len(set(lengths)) != 1:
-            raise ValueError(
-                f"CP ranks hold shards of {lengths} tokens; the global sequence ({sum(lengths)} tokens) "
-                f"must split evenly over cp={self.size}: pad it to a multiple of {self.size} and use "
-                "shard_sequence"
-            )
-        check_sequence_split(sum(lengths), self.size)
+    def local_shard(
+        self, shard_len: int, batch: int, cu_seqlens: torch.Tensor | None, check=None
+    ) -> LocalShard:
+        """This rank's header contents (gdn_cp.distributed.layout.check_local_input in this mode's layout)."""
+        return check_local_input(self.layout, shard_len, batch, cu_seqlens, check)
+
+    def agree(self, local: LocalShard, headers: list[list[int]]) -> ShardPlan:
+        """The shard plan from every rank's header; raises on every rank together."""
+        return agree(self.layout, self.rank, local, headers)
 
     @abstractmethod
-    def forward_shard(self, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
-        """x [B, L, hidden] this rank's shard -> [B, L, hidden]."""
+    def forward_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x [B, L, hidden] this rank's shard -> [B, L, hidden]; cu_seqlens: global document boundaries
+        (B = 1), the same on every rank."""
+
+    def gated_delta_rule(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        *,
+        scale: float | None = None,
+        initial_state: torch.Tensor | None = None,
+        output_final_state: bool = False,
+        use_qk_l2norm_in_kernel: bool = False,
+        cu_seqlens: torch.Tensor | None = None,
+        chunk_size: int = 64,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The GDN over the global sequence, on this rank's shard (shapes: gdn_cp.distributed.functional)."""
+
+        def check(bounds: list[int] | None) -> None:
+            check_gdn_inputs(q, k, v, g, beta)
+            expected = (len(bounds) - 1 if bounds else q.shape[0], v.shape[2], k.shape[3], v.shape[3])
+            if initial_state is not None and tuple(initial_state.shape) != expected:
+                what = "[n, Hv, K, V] (one per document)" if bounds else "[B, Hv, K, V]"
+                raise ValueError(
+                    f"initial_state must be {what} = {list(expected)}, got {list(initial_state.shape)}; "
+                    "every rank passes the same global initial state(s)"
+                )
+
+        local = self.local_shard(q.shape[1], q.shape[0], cu_seqlens, check)
+        plan = self.agree(local, exchange_header(local.header(), self.group, q.device))
+        return self.sharded_rule(
+            plan,
+            (q, k, v, g, beta),
+            scale=scale,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            cu_seqlens=cu_seqlens,
+            chunk_size=chunk_size,
+        )
+
+    @abstractmethod
+    def sharded_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        *,
+        scale: float | None,
+        initial_state: torch.Tensor | None,
+        output_final_state: bool,
+        use_qk_l2norm_in_kernel: bool,
+        cu_seqlens: torch.Tensor | None,
+        chunk_size: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`gated_delta_rule` once every rank agrees on `plan`: inputs (q, k, v, g, beta) are this rank's."""

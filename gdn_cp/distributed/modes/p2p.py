@@ -1,8 +1,9 @@
 """P2P CP: the recurrent state is handed rank to rank (design.md section 3).
 
-After the local summaries are computed in parallel, rank r waits for H_in from rank r-1 and sends
-M @ H_in + S on; one [B, Hv, K, V] state per hop each way (dH travels back in backward). Latency grows with
-cp (cp - 1 sequential hops of a small message), volume does not.
+After the local summaries are computed in parallel, the state walks the pieces in global order: the holder
+of piece j waits for H_in from the holder of piece j-1 and sends M @ H_in + S on; one [B, Hv, K, V] state per
+hop each way (dH travels back in backward). Latency grows with cp (cp - 1 sequential hops of a small
+message for contiguous shards, 2 (cp - 1) for zigzag), volume does not.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import torch
 
 from gdn_cp.distributed.collectives import state_chain
 from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.layout import ShardPlan, piece_owners
 from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 
@@ -23,14 +25,17 @@ class P2PMode(SequenceShardMode):
 
     @classmethod
     def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
-        """One state B Hv K V s from rank r-1 and one to rank r+1; the backward the other way."""
+        """One state B Hv K V s per hop between pieces held by different ranks: received for each piece here
+        whose predecessor is elsewhere, sent for each whose successor is; the backward the other way."""
         c = case.config
         state = case.batch * c.num_v_heads * c.head_k_dim * c.head_v_dim * state_bytes
-        first, last = case.rank == 0, case.rank == case.cp - 1
-        hops = int(not first) + int(not last)
-        add_volume(volume, "p2p", 0 if last else state, 0 if first else state, hops)
+        owners = piece_owners(case.layout, case.cp)
+        mine = [j for j, o in enumerate(owners) if o == case.rank]
+        recvs = sum(j > 0 and owners[j - 1] != case.rank for j in mine)
+        sends = sum(j + 1 < len(owners) and owners[j + 1] != case.rank for j in mine)
+        add_volume(volume, "p2p", sends * state, recvs * state, sends + recvs)
         if case.backward:
-            add_volume(volume, "p2p", 0 if first else state, 0 if last else state, hops)
+            add_volume(volume, "p2p", recvs * state, sends * state, sends + recvs)
 
-    def initial_state(self, S: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-        return state_chain(S, M, self.group)
+    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
+        return state_chain(S, M, self.group, plan.owners)

@@ -1,11 +1,19 @@
 """The shared pipeline of the sequence-shard modes (p2p, all_gather): full heads, local tokens.
 
-    project -> Conv1D with the left halo from earlier ranks -> prepare chunks -> local summary (S, M)
-            -> H_in (the mode's exchange) -> outputs from the same prepared chunks -> norm, gate, out-proj
+    project -> Conv1D with the left halo of each piece -> prepare chunks -> one summary (S, M) per piece
+            -> H_in of each piece (the mode's exchange) -> outputs from the same prepared chunks
+            -> norm, gate, out-proj
 
-Every rank summarises its shard in parallel; only summaries or states cross ranks. The chunk preparation
-(UT transform, W, U, masked QK^T) is done once and serves both the summary and the outputs. The halo
-exchange also carries every rank's shard length, so the even-shard check costs no collective of its own.
+Every rank summarises its pieces in parallel; only summaries or states cross ranks. The chunk preparation
+(UT transform, W, U, masked QK^T) is done once and serves both the summaries and the outputs. The halo
+exchange also carries the header (every piece's length, the input checks), so uneven shards and the checks
+cost no collective of their own in the layer.
+
+Packed documents: a rank's tokens are cut into segments (gdn_cp.distributed.layout.LocalSegment). A segment
+that continues a document from an earlier piece enters with the piece's H_in; one that starts a document
+enters with that document's initial state (or zeros). A piece's summary is the map of its last segment from
+the piece's entering state: M = 0 once a document starts inside the piece (the entering state is forgotten),
+and S then includes the starting document's initial state. The Conv1D halo is cut at the document start.
 """
 
 from __future__ import annotations
@@ -14,12 +22,29 @@ from abc import abstractmethod
 
 import torch
 
-from gdn_cp.distributed.collectives import HEADER_DIGITS, exchange_halo_with_lengths
+from gdn_cp.distributed.collectives import HEADER_DIGITS, exchange_halo_with_header, sum_with_outputs
 from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners, pieces_per_rank, plan_documents
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.layers import GatedDeltaNet
-from gdn_cp.ops import causal_conv1d, chunk_outputs, gdn_state_summary, prepare_chunks
+from gdn_cp.ops import apply_summary, causal_conv1d, chunk_outputs, gdn_state_summary, prepare_chunks
+
+HEADER_VALUES_BEYOND_PIECES = 2
+"""Header values after the piece lengths: the input-check flag and the cu_seqlens fingerprint."""
+
+
+def halo_tails(owners: tuple[int, ...], rank: int, width: int) -> tuple[int, int]:
+    """(tails sent, tails received) by `rank` in the halo exchange: a piece's tail goes to every other rank
+    holding one of the next `width` pieces (gdn_cp.distributed.collectives.exchange_halo_with_header)."""
+    cp = max(owners) + 1
+
+    def wanted_by(peer: int, j: int) -> bool:
+        return peer != owners[j] and peer in owners[j + 1 : j + 1 + width]
+
+    sent = sum(wanted_by(peer, j) for j, o in enumerate(owners) if o == rank for peer in range(cp))
+    received = sum(wanted_by(rank, j) for j, o in enumerate(owners) if o != rank)
+    return sent, received
 
 
 class SequenceShardMode(CPMode):
@@ -27,17 +52,17 @@ class SequenceShardMode(CPMode):
 
     @classmethod
     def communication(cls, case: CommCase) -> Volume:
-        """The halo exchange (w = conv_kernel_size - 1, D = 2 Hk K + Hv V, e the dtype's bytes): a length
-        header of HEADER_DIGITS elements to and from every other rank, and B w D elements of tail to each of
-        the next min(w, cp - 1 - r) ranks (received from min(w, r) earlier ones); the backward sends the
-        same volume back. Then the mode's own exchange (`state_exchange`)."""
+        """The halo exchange (w = conv_kernel_size - 1, D = 2 Hk K + Hv V, e the dtype's bytes, P pieces per
+        rank): a header of (P + 2) HEADER_DIGITS elements to and from every other rank, and B w D elements per
+        tail, a piece's tail going to every other rank holding one of the next w pieces; the backward sends
+        the same volume back. Then the mode's own exchange (`state_exchange`)."""
         config, cp, rank = case.config, case.cp, case.rank
         e = torch.empty((), dtype=config.dtype).element_size()
         width = config.conv_kernel_size - 1
         tail = case.batch * width * config.conv_dim * e
-        header = HEADER_DIGITS * e * (cp - 1)
-        sent = header + tail * min(width, cp - 1 - rank)
-        received = header + tail * min(width, rank)
+        header = (pieces_per_rank(case.layout) + HEADER_VALUES_BEYOND_PIECES) * HEADER_DIGITS * e * (cp - 1)
+        tails_sent, tails_received = halo_tails(piece_owners(case.layout, cp), rank, width)
+        sent, received = header + tail * tails_sent, header + tail * tails_received
         volume: Volume = {}
         add_volume(volume, "halo", sent, received)
         if case.backward:
@@ -50,23 +75,140 @@ class SequenceShardMode(CPMode):
     @classmethod
     @abstractmethod
     def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
-        """Add to `volume` what `initial_state` moves (states in the accumulation dtype: `state_bytes`)."""
-
-    def forward_shard(self, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
-        c = layer.config
-        p = layer.project(x)
-        halo, lengths = exchange_halo_with_lengths(p.mixed_qkv, c.conv_kernel_size - 1, self.group)
-        self.check_even_shards(lengths)
-        q, k, v = layer.split_qkv(causal_conv1d(p.mixed_qkv, layer.conv1d.weight, halo))
-        g, beta = layer.gates(p.a, p.b)
-        chunks = prepare_chunks(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, chunk_size=c.chunk_size)
-        S, M = gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary)
-        o, _ = chunk_outputs(chunks, self.initial_state(S, M))
-        return layer.output(o, p.z)
+        """Add to `volume` what `entering_states` moves (states in the accumulation dtype: `state_bytes`)."""
 
     @abstractmethod
-    def initial_state(self, S: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-        """The state entering this rank's shard, from every rank's summary.
+    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
+        """The state entering each of this rank's pieces, from every piece's summary.
 
-        S [B, Hv, K, V] and M [B, Hv, K, K] are this rank's; returns H_in [B, Hv, K, V].
+        S [P, B, Hv, K, V] and M [P, B, Hv, K, K] are this rank's P pieces' (in increasing global order);
+        returns H_in [P, B, Hv, K, V]. Every rank's result must depend on the exchange, so that its backward
+        (itself a collective) runs on every rank.
         """
+
+    # -- the layer ------------------------------------------------------------------------------------------
+
+    def forward_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        c = layer.config
+        p = layer.project(x)
+        local = self.local_shard(x.shape[1], x.shape[0], cu_seqlens)
+        pieces = p.mixed_qkv.split(local.piece_lengths, dim=1)
+        halos, headers = exchange_halo_with_header(
+            pieces, c.conv_kernel_size - 1, self.group, piece_owners(self.layout, self.size), local.header()
+        )
+        plan = self.agree(local, headers)
+        bounds = plan_documents(plan, cu_seqlens)
+        segments = plan.segments(bounds)
+        mixed = torch.cat(
+            [
+                _convolve_piece(piece, halo, [s for s in segments if s.piece == at], plan, bounds, layer)
+                for at, (piece, halo) in enumerate(zip(pieces, halos, strict=True))
+            ],
+            dim=1,
+        )
+        q, k, v = layer.split_qkv(mixed)
+        g, beta = layer.gates(p.a, p.b)
+        o, _ = self.sharded_rule(
+            plan,
+            (q, k, v, g, beta),
+            scale=None,
+            initial_state=None,
+            output_final_state=False,
+            use_qk_l2norm_in_kernel=True,
+            cu_seqlens=cu_seqlens,
+            chunk_size=c.chunk_size,
+        )
+        return layer.output(o, p.z)
+
+    # -- the op ---------------------------------------------------------------------------------------------
+
+    def sharded_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        *,
+        scale: float | None,
+        initial_state: torch.Tensor | None,
+        output_final_state: bool,
+        use_qk_l2norm_in_kernel: bool,
+        cu_seqlens: torch.Tensor | None,
+        chunk_size: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        bounds = plan_documents(plan, cu_seqlens)
+        segments = plan.segments(bounds)
+        local_bounds = [s.start for s in segments] + [sum(plan.local_lengths)]
+        chunks = prepare_chunks(
+            *inputs,
+            scale=scale,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            chunk_size=chunk_size,
+            cu_seqlens=local_bounds,
+        )
+        # Initial states per document, [B, n, Hv, K, V] (cu_seqlens: B = 1 and n documents; else n = 1).
+        starts = None
+        if initial_state is not None:
+            starts = initial_state.unsqueeze(0) if cu_seqlens is not None else initial_state.unsqueeze(1)
+        S, M = self._piece_summaries(chunks, segments, starts)
+        H_in = self.entering_states(S, M, plan)  # [P, B, Hv, K, V]
+
+        # Every segment reads H_in through `where`, so that the exchange's backward runs on every rank.
+        device = H_in.device
+        piece_of = torch.tensor([s.piece for s in segments], device=device)
+        carried = torch.tensor([s.carried for s in segments], device=device).view(1, -1, 1, 1, 1)
+        entering = H_in.index_select(0, piece_of).transpose(0, 1)  # [B, n_segments, Hv, K, V]
+        documents = torch.tensor([s.document for s in segments], device=device)
+        fresh = torch.zeros_like(entering) if starts is None else starts.index_select(1, documents)
+        o, finals = chunk_outputs(
+            chunks, torch.where(carried, entering, fresh.to(entering.dtype)), output_final_state
+        )
+        if not output_final_state:
+            return o, None
+        # Each document's final state is on the rank holding its last token: summed into every rank's copy.
+        n_docs = 1 if bounds is None else len(bounds) - 1
+        ending = [i for i, s in enumerate(segments) if s.ends_document]
+        share = finals.new_zeros(finals.shape[0], n_docs, *finals.shape[2:]).index_copy(
+            1, documents[ending], finals[:, ending]
+        )
+        o, final = sum_with_outputs(o, share, self.group)
+        return o, (final[0] if cu_seqlens is not None else final[:, 0])
+
+    def _piece_summaries(
+        self, chunks, segments: list[LocalSegment], starts: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S [P, ...], M [P, ...]): each piece's map from its entering state to the state leaving it."""
+        S_all, M_all = [], []
+        for piece in sorted({s.piece for s in segments}):
+            ids = [i for i, s in enumerate(segments) if s.piece == piece]
+            first, last = ids[0], ids[-1]
+            S, M = gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary, segment=last)
+            if not (segments[first].carried and first == last):
+                # A document starts in this piece: the entering state is forgotten by the piece's end.
+                if starts is not None:
+                    S = apply_summary((S, M), starts[:, segments[last].document])
+                M = torch.zeros_like(M)
+            S_all.append(S)
+            M_all.append(M)
+        return torch.stack(S_all), torch.stack(M_all)
+
+
+def _convolve_piece(
+    piece: torch.Tensor,
+    halo: torch.Tensor,
+    segments: list[LocalSegment],
+    plan: ShardPlan,
+    bounds: list[int] | None,
+    layer: GatedDeltaNet,
+) -> torch.Tensor:
+    """The Conv1D of one piece [B, L_p, D]: its halo cut at the document start, documents kept apart."""
+    first = segments[0]
+    if not first.carried:
+        halo = halo[:, :0]  # a view still, so that the halo exchange's backward runs here too
+    elif bounds is not None:
+        start = plan.starts[plan.local_pieces[first.piece]]
+        inside = start - max(b for b in bounds if b <= start)  # earlier tokens of the same document
+        halo = halo[:, halo.shape[1] - min(halo.shape[1], inside) :]
+    offset = first.start
+    local = [s.start - offset for s in segments] + [piece.shape[1]]
+    return causal_conv1d(piece, layer.conv1d.weight, halo, cu_seqlens=local if len(segments) > 1 else None)

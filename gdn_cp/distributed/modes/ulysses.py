@@ -7,24 +7,29 @@ dt_bias. A reverse all-to-all returns the outputs to sequence shards for the nor
 Moves O(T/cp x channels) per rank, twice; needs Hk and Hv divisible by cp. Summary checkpointing does not
 apply (there is no state summary).
 
+Layouts and documents: the gathered sequence arrives in rank order, which a zigzag layout permutes; it is put
+in global order before the Conv1D and the GDN (which then see packed documents exactly as on one device) and
+back after, locally, with no extra exchange.
+
 Shard lengths: the all-to-all's message sizes follow from them, so they must be known before it. The mode
-learns them with one all-gather of an int64 on its first call and again only when this rank's shard length
-changes (every rank's changes with the global length), never in the steady state of a training loop.
+learns them, with the input checks, from one all-gather of a few int64 per call (gdn_cp.distributed.layout):
+shards may then differ in length from call to call and from rank to rank.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.distributed import ProcessGroup
 
-from gdn_cp.distributed.collectives import all_gather_stack, all_to_all
+from gdn_cp.distributed.collectives import all_to_all, exchange_header, sum_with_outputs
 from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank, plan_documents
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
-from gdn_cp.ops import causal_conv1d
+from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule
 
-LENGTH_CHECK_BYTES = 8
-"""One int64 per rank: the all-gather that tells a ulysses layer every shard length (first call only)."""
+HEADER_BYTES_PER_PIECE = 8
+"""The header all-gather: one int64 per piece length, plus two (the input-check flag and the cu_seqlens
+fingerprint), per rank and call."""
 
 
 class UlyssesMode(CPMode):
@@ -33,10 +38,6 @@ class UlyssesMode(CPMode):
     has_summary = False
     color = "#1f77b4"
     marker = "o"
-
-    def __init__(self, group: ProcessGroup | None, checkpoint_summary: bool) -> None:
-        super().__init__(group, checkpoint_summary)
-        self._checked_length: int | None = None
 
     @classmethod
     def check_shapes(cls, config: GatedDeltaNetConfig, cp_size: int) -> None:
@@ -56,7 +57,7 @@ class UlyssesMode(CPMode):
     def communication(cls, case: CommCase) -> Volume:
         """Per all-to-all, each way (forward: 2, backward: 2 more), with L = T / cp and e the dtype's bytes:
         Q/K/V/B/A out B L (cp - 1) (2 Hk K + Hv V + 2 Hv) / cp e; outputs back B L (cp - 1) Hv V / cp e.
-        On a layer's first call, the length check: 8 (cp - 1) bytes each way (all_gather)."""
+        Every call, the header: 8 (P + 2) (cp - 1) bytes each way (all_gather; P pieces per rank)."""
         config, cp, batch = case.config, case.cp, case.batch
         e = torch.empty((), dtype=config.dtype).element_size()
         L, passes = case.seq_len // cp, 2 if case.backward else 1
@@ -64,23 +65,40 @@ class UlyssesMode(CPMode):
         packed = batch * L * (cp - 1) * (2 * Hk * K + Hv * V + 2 * Hv) // cp * e
         outputs = batch * L * (cp - 1) * Hv * V // cp * e
         volume: Volume = {}
-        if case.first_call:
-            moved = LENGTH_CHECK_BYTES * (cp - 1)
-            add_volume(volume, "all_gather", moved, moved)
+        header = HEADER_BYTES_PER_PIECE * (pieces_per_rank(case.layout) + 2) * (cp - 1)
+        add_volume(volume, "all_gather", header, header)
         add_volume(volume, "all_to_all", passes * (packed + outputs), passes * (packed + outputs), 2 * passes)
         return volume
 
-    def _check_lengths(self, local_len: int, device: torch.device) -> None:
-        if self.size == 1 or local_len == self._checked_length:
-            return
-        lengths = all_gather_stack(torch.tensor([local_len], device=device), self.group).flatten().tolist()
-        self.check_even_shards(lengths)
-        self._checked_length = local_len
+    def _plan(
+        self, shard_len: int, batch: int, cu_seqlens: torch.Tensor | None, device, check=None
+    ) -> ShardPlan:
+        local = self.local_shard(shard_len, batch, cu_seqlens, check)
+        return self.agree(local, exchange_header(local.header(), self.group, device))
 
-    def forward_shard(self, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
+    def _to_heads(self, x: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
+        """[B, L, cp, ch] (channels of each destination rank's heads) -> [B, T, ch] in global order."""
+        full = all_to_all(
+            x, scatter_dim=2, gather_dim=1, group=self.group, gather_sizes=plan.shard_lengths()
+        ).squeeze(2)
+        order = plan.rank_order(x.device)
+        return full if order is None else full.index_select(1, torch.argsort(order))
+
+    def _to_sequence(self, o: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
+        """[B, T, h, V] in global order -> [B, L, cp * h, V] this rank's shard, every head."""
+        order = plan.rank_order(o.device)
+        o = o if order is None else o.index_select(1, order)
+        return all_to_all(
+            o, scatter_dim=1, gather_dim=2, group=self.group, scatter_sizes=plan.shard_lengths()
+        )
+
+    def forward_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
         c, cp, r = layer.config, self.size, self.rank
         B, L, _ = x.shape
-        self._check_lengths(L, x.device)
+        plan = self._plan(L, B, cu_seqlens, x.device)
+        bounds = plan_documents(plan, cu_seqlens)
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
@@ -96,8 +114,7 @@ class UlyssesMode(CPMode):
             ],
             dim=-1,
         )
-        full = all_to_all(packed, scatter_dim=2, gather_dim=1, group=self.group).squeeze(2)  # [B, T, ch]
-        mixed, b, a = full.split([2 * kd + vd, hv, hv], dim=-1)
+        mixed, b, a = self._to_heads(packed, plan).split([2 * kd + vd, hv, hv], dim=-1)
 
         w = layer.conv1d.weight
         w_local = torch.cat(
@@ -107,7 +124,72 @@ class UlyssesMode(CPMode):
                 w[2 * c.key_dim + r * vd : 2 * c.key_dim + (r + 1) * vd],
             ]
         )
-        ql, kl, vl = layer.split_qkv(causal_conv1d(mixed, w_local))
-        o = layer.core(ql, kl, vl, a, b, heads=slice(r * hv, (r + 1) * hv))  # [B, T, hv, V]
-        o = all_to_all(o, scatter_dim=1, gather_dim=2, group=self.group)  # [B, L, Hv, V]
-        return layer.output(o, p.z)
+        ql, kl, vl = layer.split_qkv(causal_conv1d(mixed, w_local, cu_seqlens=bounds))
+        o = layer.core(
+            ql, kl, vl, a, b, heads=slice(r * hv, (r + 1) * hv), cu_seqlens=bounds
+        )  # [B, T, hv, V]
+        return layer.output(self._to_sequence(o, plan), p.z)
+
+    def gated_delta_rule(self, q, k, v, g, beta, **kwargs):
+        """As CPMode's, but checking the heads first: they must divide over cp (the same on every rank)."""
+        for name, n in (("q/k", q.shape[2]), ("v", v.shape[2])):
+            if n % self.size:
+                raise ValueError(
+                    f"ulysses shards heads over cp={self.size} ranks, but {name} has {n} heads: choose a cp "
+                    "that divides the heads, or mode p2p / all_gather"
+                )
+        return super().gated_delta_rule(q, k, v, g, beta, **kwargs)
+
+    def sharded_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        *,
+        scale: float | None,
+        initial_state: torch.Tensor | None,
+        output_final_state: bool,
+        use_qk_l2norm_in_kernel: bool,
+        cu_seqlens: torch.Tensor | None,
+        chunk_size: int,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        q, k, v, g, beta = inputs
+        cp, r = self.size, self.rank
+        B, L, Hk, K = k.shape
+        Hv, V = v.shape[2], v.shape[3]
+        hk, hv = Hk // cp, Hv // cp
+        bounds = plan_documents(plan, cu_seqlens)
+        # One all-to-all for the five inputs, [B, L, cp, channels of the destination's heads]; the gates
+        # travel apart only when their dtype differs (a log-decay must not be rounded to bf16 on the way).
+        qkv = [q.reshape(B, L, cp, hk * K), k.reshape(B, L, cp, hk * K), v.reshape(B, L, cp, hv * V)]
+        gates = [g.reshape(B, L, cp, hv), beta.reshape(B, L, cp, hv)]
+        if g.dtype == beta.dtype == q.dtype:
+            ql, kl, vl, gl, bl = self._to_heads(torch.cat(qkv + gates, dim=-1), plan).split(
+                [hk * K, hk * K, hv * V, hv, hv], dim=-1
+            )
+        else:
+            ql, kl, vl = self._to_heads(torch.cat(qkv, dim=-1), plan).split([hk * K, hk * K, hv * V], dim=-1)
+            gl, bl = self._to_heads(
+                torch.cat([x.to(torch.promote_types(g.dtype, beta.dtype)) for x in gates], -1), plan
+            ).split([hv, hv], dim=-1)
+        T = ql.shape[1]
+        heads = slice(r * hv, (r + 1) * hv)
+        o, final = chunk_gated_delta_rule(
+            ql.reshape(B, T, hk, K),
+            kl.reshape(B, T, hk, K),
+            vl.reshape(B, T, hv, V),
+            gl.to(g.dtype),
+            bl.to(beta.dtype),
+            scale=scale,
+            initial_state=None if initial_state is None else initial_state[:, heads],
+            output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            cu_seqlens=None if bounds is None else torch.tensor(bounds),
+            chunk_size=chunk_size,
+        )
+        o = self._to_sequence(o, plan)
+        if not output_final_state:
+            return o, None
+        # This rank's heads of every final state, in place in a zero tensor of all heads, summed over ranks.
+        share = final.new_zeros(final.shape[0], Hv, *final.shape[2:])
+        share[:, heads] = final
+        return sum_with_outputs(o, share, self.group)
