@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gdn_cp.ops.documents import ChunkGrid, check_packed_batch, chunk_grid, document_bounds
+from gdn_cp.ops.documents import ChunkGrid, ResetMasks, check_packed_batch, chunk_grid, document_bounds
 from gdn_cp.ops.inputs import check_gdn_inputs, head_major_inputs
 from gdn_cp.ops.triangular import unit_lower_inverse
 
@@ -126,15 +126,25 @@ def _check_chunk_size(chunk_size: int) -> None:
 # prepare: inputs -> intermediates
 
 
-def _decays(gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _decays(
+    gamma: torch.Tensor, masks: ResetMasks | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(Gamma [..., C, C], e^gamma, e^(gamma_C - gamma), e^gamma_C [...]) of cumulative log-decays
-    [..., C]."""
+    [..., N, C]; with `masks` (documents sharing chunks), each masked to what stays inside a document.
+
+    The masks are constants multiplying exponentials, so every gradient formula of `_prepare_bwd`, written
+    with these values, stays exact."""
     C = gamma.shape[-1]
-    upper = torch.ones(C, C, dtype=torch.bool, device=gamma.device).triu(1)
+    drop = torch.ones(C, C, dtype=torch.bool, device=gamma.device).triu(1)
+    if masks is not None:
+        drop = drop | ~masks.same
     # Mask before exp: above the diagonal gamma_i - gamma_j > 0 and could overflow.
-    Gamma = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(upper, float("-inf")).exp()
+    Gamma = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(drop, float("-inf")).exp()
     last = gamma[..., -1:]
-    return Gamma, gamma.exp(), (last - gamma).exp(), last.squeeze(-1).exp()
+    e_gamma, e_tail, decay = gamma.exp(), (last - gamma).exp(), last.squeeze(-1).exp()
+    if masks is not None:
+        e_gamma, e_tail, decay = e_gamma * masks.reads, e_tail * masks.writes, decay * masks.keeps
+    return Gamma, e_gamma, e_tail, decay
 
 
 def _prepare_fwd(
@@ -143,16 +153,16 @@ def _prepare_fwd(
     v: torch.Tensor,
     gamma: torch.Tensor,
     beta: torch.Tensor,
+    decays: tuple[torch.Tensor, ...],
     A: torch.Tensor | None = None,
-    decays: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """Intermediates (Qg, Kt, W, U, P, decay) and A of chunked inputs (A computed unless given).
 
     Args:
         q, k: [B, Hk, 1, N, C, K];  v: [B, Hk, G, N, C, V];  gamma (cumulative in each chunk), beta:
-        [B, Hk, G, N, C];  A: [B, Hk, G, N, C, C];  decays: `_decays(gamma)` when the caller has it
+        [B, Hk, G, N, C];  decays: `_decays(gamma, masks)`;  A: [B, Hk, G, N, C, C]
     """
-    Gamma, e_gamma, e_tail, decay = _decays(gamma) if decays is None else decays
+    Gamma, e_gamma, e_tail, decay = decays
     if A is None:
         A = unit_lower_inverse((k @ k.transpose(-1, -2)) * Gamma * beta[..., None])
     w = A @ (k * (beta * e_gamma)[..., None])
@@ -167,19 +177,19 @@ def _prepare_bwd(
     saved: tuple[torch.Tensor, ...],
     A: torch.Tensor,
     grads: tuple[torch.Tensor | None, ...],
+    decays: tuple[torch.Tensor, ...],
     attn: torch.Tensor | None = None,
-    decays: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor | None, ...]:
     """Gradients of (q, k, v, gamma, beta) from those of (Qg, Kt, W, U, P, decay); any of them may be None.
 
     Shapes as `_prepare_fwd`; dq and dk come back summed over the group ([B, Hk, 1, ...]). An input that
     none of the given gradients reads gets None (a state summary reads neither q nor, through P, Qg).
     Products with q or k, which the group shares, are taken once per key head on the group's summed
-    gradient. attn (P) and decays (`_decays(gamma)`): when the caller has them (else recomputed).
+    gradient. decays: `_decays(gamma, masks)`; attn (P): when the caller has it (else recomputed).
     """
     q, k, v, gamma, beta = saved
     d_qd, d_kt, d_w, d_u, d_attn, d_decay = grads
-    Gamma, e_gamma, e_tail, decay = _decays(gamma) if decays is None else decays
+    Gamma, e_gamma, e_tail, decay = decays
     kT = k.transpose(-1, -2)
     per_head = torch.broadcast_shapes(q.shape[:-1], gamma.shape)
     dk = q.new_zeros(*per_head, q.shape[-1])  # elementwise parts, per value head
@@ -251,16 +261,17 @@ def _prepare_bwd(
 
 class _PrepareChunks(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, gamma, beta):
-        out, A = _prepare_fwd(q, k, v, gamma, beta)
+    def forward(ctx, q, k, v, gamma, beta, masks):
+        out, A = _prepare_fwd(q, k, v, gamma, beta, _decays(gamma, masks))
         ctx.save_for_backward(q, k, v, gamma, beta, A)
+        ctx.masks = masks
         ctx.set_materialize_grads(False)  # unused intermediates (a summary reads four) stay None
         return out
 
     @staticmethod
     def backward(ctx, *grads):
         *saved, A = ctx.saved_tensors
-        return _prepare_bwd(tuple(saved), A, grads)
+        return (*_prepare_bwd(tuple(saved), A, grads, _decays(saved[3], ctx.masks)), None)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -416,7 +427,9 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         for lo in range(0, N, FORWARD_BLOCK):
             span = slice(lo, lo + FORWARD_BLOCK)
             segments = _block_segments(grid, lo, lo + FORWARD_BLOCK, h_start, final)
-            inter, A[:, :, :, span] = _prepare_fwd(*(t[:, :, :, span] for t in (q, k, v, gamma, beta)))
+            block = [t[:, :, :, span] for t in (q, k, v, gamma, beta)]
+            decays = _decays(block[3], None if grid.masks is None else grid.masks.block(span))
+            inter, A[:, :, :, span] = _prepare_fwd(*block, decays)
             o[:, :, :, span], states, h = _scan_fwd(inter, h, segments)
             first = lo // BACKWARD_BLOCK
             kept = states[:, :, :, ::BACKWARD_BLOCK]
@@ -443,15 +456,15 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
             # dO arrives as a strided view of the caller's [B, T, Hv, V]: one copy of the block, not one per
             # product that reads it.
             d_o_block = d_o_block.contiguous()
-            decays = _decays(inputs[3])
-            inter, _ = _prepare_fwd(*inputs, A=A_block, decays=decays)
+            decays = _decays(inputs[3], None if grid.masks is None else grid.masks.block(span))
+            inter, _ = _prepare_fwd(*inputs, decays, A=A_block)
             # The recomputed forward needs the segments' initial states; its finals are not kept.
             replay = _BlockSegments(grid.segment_starts(lo, lo + BACKWARD_BLOCK), {}, h_start, None)
             states, v_new, _ = _scan_states(*inter[1:4], inter[5], block_states[:, :, :, b], replay)
             segments = _block_segments(grid, lo, lo + BACKWARD_BLOCK, d_start, d_final)
             grads, dh = _scan_bwd(inter, states, d_o_block, dh, segments, v_new)
             for full, part in zip(
-                out, _prepare_bwd(tuple(inputs), A_block, grads, attn=inter[4], decays=decays), strict=True
+                out, _prepare_bwd(tuple(inputs), A_block, grads, decays, attn=inter[4]), strict=True
             ):
                 full[:, :, :, span] = part
         return (*out, d_start, None)
@@ -484,14 +497,16 @@ def _chunked_inputs(
     use_qk_l2norm_in_kernel: bool,
     chunk_size: int,
     bounds: list[int] | None,
+    resets: Sequence[int] = (),
 ) -> _Chunked:
-    """Normalise, cast and lay out the inputs in chunks; padding (the tail of every document) has g = 0 and
-    beta = 0, which leaves the state untouched."""
+    """Normalise, cast and lay out the inputs in chunks (segments `bounds`, `resets` masked; see
+    gdn_cp.ops.documents); padding (the tail of every segment) has g = 0 and beta = 0, which leaves the
+    state untouched."""
     x = head_major_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
     B, Hk, T, _ = x.k.shape
     G = x.v.shape[1] // Hk
     C = chunk_size
-    grid = chunk_grid(bounds, T, C, q.device)
+    grid = chunk_grid(bounds, T, C, q.device, resets, x.v.dtype)
     N = grid.num_chunks
 
     def chunked(t: torch.Tensor, groups: int) -> torch.Tensor:
@@ -543,6 +558,11 @@ def _segment_results(final: torch.Tensor, per_segment: bool) -> torch.Tensor:
     return final if per_segment else final[:, 0]
 
 
+def _check_resets(resets: Sequence[int], seq_len: int) -> None:
+    if any(not 0 <= r < seq_len for r in resets):
+        raise ValueError(f"resets must be token positions in [0, T = {seq_len}), got {list(resets)}")
+
+
 def _check_state_shape(state: torch.Tensor | None, expected: tuple[int, ...], what: str) -> None:
     if state is not None and tuple(state.shape) != expected:
         raise ValueError(f"initial_state must be {what} = {list(expected)}, got {list(state.shape)}")
@@ -558,6 +578,7 @@ def prepare_chunks(
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = 64,
     cu_seqlens: torch.Tensor | Sequence[int] | None = None,
+    resets: Sequence[int] = (),
 ) -> ChunkIntermediates:
     """Split the sequence into chunks of `chunk_size` and compute their state-independent intermediates.
 
@@ -576,14 +597,20 @@ def prepare_chunks(
         cu_seqlens: [n + 1] boundaries of n segments (0 < ... < T) that share no state, the same in every
             batch row (unlike `chunk_gated_delta_rule`, B may exceed 1 here: a context-parallel rank cuts its
             shard at its pieces' edges); None: one segment
+        resets: token positions where the state restarts from zeros inside a segment (documents without
+            states of their own; a reset at a segment's first token discards its entering state); they share
+            chunks, kept apart by masks, so they cost no padding
     Returns:
         ChunkIntermediates with one chunk grid in which no chunk spans two segments.
     """
     check_gdn_inputs(q, k, v, g, beta)
     _check_chunk_size(chunk_size)
     bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, q.shape[1])
-    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds)
-    q_decayed, k_tail, w, u, attn, decay = _PrepareChunks.apply(x.q, x.k, x.v, x.g.cumsum(-1), x.beta)
+    _check_resets(resets, q.shape[1])
+    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds, resets)
+    q_decayed, k_tail, w, u, attn, decay = _PrepareChunks.apply(
+        x.q, x.k, x.v, x.g.cumsum(-1), x.beta, x.grid.masks
+    )
     return ChunkIntermediates(
         q_decayed=q_decayed,
         k_tail_grouped=k_tail,
@@ -660,7 +687,8 @@ def chunk_gated_delta_rule(
         output_final_state: also return the final state(s), shaped like initial_state
         use_qk_l2norm_in_kernel: L2-normalise q and k first
         cu_seqlens: [n + 1] LongTensor of document boundaries in a packed batch (B = 1), as in FLA: the state
-            restarts at every document
+            restarts at every document. Without initial or final states the documents share chunks (no
+            padding); with them every document gets chunks of its own (FLA's layout)
         chunk_size: C; any T works
     Returns:
         o [B, T, Hv, V] in q's dtype; the final state(s) in the accumulation dtype, or None.
@@ -669,21 +697,24 @@ def chunk_gated_delta_rule(
     _check_chunk_size(chunk_size)
     B, T, _, K = k.shape
     Hv, V = v.shape[2], v.shape[3]
-    bounds = None
+    bounds, resets = None, ()
     if cu_seqlens is not None:
         check_packed_batch(B)
         bounds = document_bounds(cu_seqlens, T)
         _check_state_shape(initial_state, (len(bounds) - 1, Hv, K, V), "[n, Hv, K, V] (one per document)")
         if initial_state is not None:
             initial_state = initial_state.unsqueeze(0)
+        elif not output_final_state:
+            # No state in or out per document: documents share chunks (resets), with no padding.
+            bounds, resets = None, bounds[1:-1]
     else:
         _check_state_shape(initial_state, (B, Hv, K, V), "[B, Hv, K, V]")
-    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds)
+    x = _chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds, resets)
     h0 = _segment_states(initial_state, x.v, x.grid.num_segments, K)
     o, final = _ChunkGatedDeltaRule.apply(x.q, x.k, x.v, x.g.cumsum(-1), x.beta, h0, x.grid)
     if output_final_state:
-        final = _segment_results(final, per_segment=cu_seqlens is not None)
-        final = final[0] if cu_seqlens is not None else final
+        final = _segment_results(final, per_segment=bounds is not None)
+        final = final[0] if bounds is not None else final
     else:
         final = None
     return _outputs(o, x.seq_len, x.grid, q.dtype), final

@@ -4,10 +4,17 @@ A packed batch is B = 1 sequence holding n documents back to back; `cu_seqlens` 
 boundaries (0 = cu_seqlens[0] < ... < cu_seqlens[n] = T). The recurrent state restarts at every document
 (from its own initial state, or zeros), and the Conv1D never mixes two.
 
-The chunked op lays the tokens out document by document: each document is cut into chunks from its own
-first token, and its last chunk is padded (g = 0, beta = 0: the state is untouched). A chunk then belongs to
-one document, its scan starts from that document's initial state, and nothing crosses a boundary. The
-padding costs at most one chunk per document (FLA's kernels pay the same, chunk by chunk).
+Two ways to keep documents apart in the chunked op, chosen per boundary:
+
+- a segment boundary (a document with an initial or a final state): the segment is cut into chunks from its
+  own first token, and its last chunk is padded (g = 0, beta = 0: the state is untouched). A chunk then
+  belongs to one segment, whose scan starts from its initial state. The padding costs at most one chunk per
+  segment (FLA's kernels pay the same, chunk by chunk).
+- a reset (a document without states: the state restarts from zeros and is never reported): documents
+  share chunks, and constant masks keep them apart inside each chunk (`ResetMasks`): the decay Gamma between
+  two tokens of different documents is 0 (so is the UT transform's coupling), only the chunk's first
+  document reads the entering state, only its last writes the leaving state, and a chunk with a reset
+  forgets the entering state. Nothing is padded, so packed training costs what unpacked does.
 """
 
 from __future__ import annotations
@@ -72,6 +79,39 @@ def document_positions(bounds: Sequence[int], device: torch.device | None = None
 
 
 @dataclass(frozen=True, slots=True)
+class ResetMasks:
+    """Per chunk of the grid, what keeps the documents that share it apart (see the module docstring).
+
+    Broadcast against [..., N, C, ...] chunk tensors."""
+
+    same: torch.Tensor
+    """[N, C, C] bool: tokens i and j belong to the same document."""
+    reads: torch.Tensor
+    """[N, C] float: the token belongs to the document that continues from the chunk's entering state."""
+    writes: torch.Tensor
+    """[N, C] float: the token belongs to the chunk's last document (it writes the leaving state)."""
+    keeps: torch.Tensor
+    """[N] float: no document starts in the chunk (the entering state survives to its end)."""
+
+    def block(self, span: slice) -> ResetMasks:
+        """The masks of chunks `span`."""
+        return ResetMasks(self.same[span], self.reads[span], self.writes[span], self.keeps[span])
+
+
+def reset_masks(reset_grid: torch.Tensor, chunk_size: int, dtype: torch.dtype) -> ResetMasks:
+    """Masks from [N * C] bool (a reset at that place of the grid)."""
+    marks = reset_grid.view(-1, chunk_size)
+    ids = marks.long().cumsum(-1)  # document index inside each chunk (padding joins the one before)
+    first = ids == ids[:, :1]
+    return ResetMasks(
+        same=ids[:, :, None] == ids[:, None, :],
+        reads=(first & ~marks[:, :1]).to(dtype),
+        writes=(ids == ids[:, -1:]).to(dtype),
+        keeps=(~marks.any(-1)).to(dtype),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ChunkGrid:
     """Where the tokens of packed documents sit once every document is cut into chunks of its own.
 
@@ -83,6 +123,8 @@ class ChunkGrid:
     chunk_offsets: tuple[int, ...]
     token_index: torch.Tensor | None
     chunk_size: int
+    masks: ResetMasks | None = None
+    """Where documents share chunks (resets), else None."""
 
     @property
     def num_chunks(self) -> int:
@@ -102,14 +144,29 @@ class ChunkGrid:
 
 
 def chunk_grid(
-    bounds: Sequence[int] | None, seq_len: int, chunk_size: int, device: torch.device
+    bounds: Sequence[int] | None,
+    seq_len: int,
+    chunk_size: int,
+    device: torch.device,
+    resets: Sequence[int] = (),
+    dtype: torch.dtype = torch.float32,
 ) -> ChunkGrid:
-    """The grid of `seq_len` tokens in chunks of `chunk_size`, documents `bounds` (None: one document)."""
+    """The grid of `seq_len` tokens in chunks of `chunk_size`: segments `bounds` (None: one) each in chunks
+    of their own, and `resets` (token positions where the state restarts from zeros) masked inside chunks;
+    the masks in `dtype`."""
     if bounds is None or len(bounds) == 2:
-        return ChunkGrid((0, -(-seq_len // chunk_size)), None, chunk_size)
-    offsets = [0]
-    for a, b in pairwise(bounds):
-        offsets.append(offsets[-1] + -(-(b - a) // chunk_size))
-    lengths = torch.tensor([b - a for a, b in pairwise(bounds)], device=device)
-    first = (torch.tensor(offsets[:-1], device=device) * chunk_size).repeat_interleave(lengths)
-    return ChunkGrid(tuple(offsets), first + document_positions(bounds, device), chunk_size)
+        offsets, token_index = (0, -(-seq_len // chunk_size)), None
+    else:
+        offsets = [0]
+        for a, b in pairwise(bounds):
+            offsets.append(offsets[-1] + -(-(b - a) // chunk_size))
+        lengths = torch.tensor([b - a for a, b in pairwise(bounds)], device=device)
+        first = (torch.tensor(offsets[:-1], device=device) * chunk_size).repeat_interleave(lengths)
+        token_index = first + document_positions(bounds, device)
+    masks = None
+    if resets:
+        at = torch.tensor(list(resets), device=device, dtype=torch.long)
+        grid_at = at if token_index is None else token_index[at]
+        marks = torch.zeros(offsets[-1] * chunk_size, dtype=torch.bool, device=device)
+        masks = reset_masks(marks.index_fill(0, grid_at, True), chunk_size, dtype)
+    return ChunkGrid(tuple(offsets), token_index, chunk_size, masks)

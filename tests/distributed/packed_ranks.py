@@ -66,10 +66,12 @@ def op_case(
     batch: int = 1,
     checkpoint: bool = True,
     dtype: torch.dtype = torch.float64,
+    states: bool = True,
 ) -> dict[str, float]:
     """cp_chunk_gated_delta_rule vs the recurrent reference on the whole sequence (per document): outputs,
     final states (and that every rank holds the same), the gradients of q, k, v, g, beta and of the initial
-    states. The loss reads every output and, on rank 0 only, the final states."""
+    states. The loss reads every output and, on rank 0 only, the final states. states=False: no initial or
+    final states (documents then share chunks: the masked path)."""
     T = sum(lengths) if lengths else (documents[-1] if documents else 8 * world)
     if layout == "zigzag" and not documents:
         T = 6 * world
@@ -85,16 +87,16 @@ def op_case(
     ref_in = [t.clone().requires_grad_(True) for t in x]
     ref_h0 = h0.clone().requires_grad_(True)
     o_ref, f_ref = recurrent_gated_delta_rule(
-        *ref_in, initial_state=ref_h0, output_final_state=True, cu_seqlens=cu
+        *ref_in, initial_state=ref_h0 if states else None, output_final_state=True, cu_seqlens=cu
     )
-    ((o_ref * w_o).sum() + (f_ref * w_f).sum()).backward()
+    ((o_ref * w_o).sum() + ((f_ref * w_f).sum() if states else 0)).backward()
 
     local = [_local(t.to(dtype), layout, lengths) for t in x]
     h0_cp = h0.to(dtype).requires_grad_(True)
     o, final = cp_chunk_gated_delta_rule(
         *local,
-        initial_state=h0_cp,
-        output_final_state=True,
+        initial_state=h0_cp if states else None,
+        output_final_state=states,
         cu_seqlens=cu,
         mode=mode,
         layout=layout,
@@ -102,19 +104,17 @@ def op_case(
         chunk_size=CHUNK,
     )
     loss = (o * shard_sequence(w_o, layout=layout, lengths=lengths).to(dtype)).sum()
-    if dist.get_rank() == 0:
+    if dist.get_rank() == 0 and states:
         loss = loss + (final * w_f.to(dtype)).sum()
     loss.backward()
-    h0_grad = h0_cp.grad.clone()
-    dist.all_reduce(h0_grad)  # partial on each rank, like a parameter's
-
-    finals = all_gather_stack(final.detach())
-    out = {
-        "output": _rel(gather_sequence(o.detach(), layout=layout), o_ref),
-        "final": _rel(final, f_ref),
-        "final_same_on_every_rank": (finals - finals[0]).abs().max().item(),
-        "initial_state_grad": _rel(h0_grad, ref_h0.grad),
-    }
+    out = {"output": _rel(gather_sequence(o.detach(), layout=layout), o_ref)}
+    if states:
+        h0_grad = h0_cp.grad.clone()
+        dist.all_reduce(h0_grad)  # partial on each rank, like a parameter's
+        finals = all_gather_stack(final.detach())
+        out["final"] = _rel(final, f_ref)
+        out["final_same_on_every_rank"] = (finals - finals[0]).abs().max().item()
+        out["initial_state_grad"] = _rel(h0_grad, ref_h0.grad)
     for name, t, r in zip(("q", "k", "v", "g", "beta"), local, ref_in, strict=True):
         out[f"d{name}"] = _rel(gather_sequence(t.grad, layout=layout), r.grad)
     return out
@@ -134,6 +134,15 @@ def op_cases(world: int, dtype: torch.dtype = torch.float64) -> dict[tuple, dict
             world, mode, layout="zigzag", documents=zigzag_docs, dtype=dtype
         )
         out[(mode, "zigzag")] = op_case(world, mode, layout="zigzag", dtype=dtype)
+        out[(mode, "uneven-spanning-stateless")] = op_case(
+            world, mode, lengths=lengths, documents=spanning, dtype=dtype, states=False
+        )
+        out[(mode, "uneven-edges-stateless")] = op_case(
+            world, mode, lengths=lengths, documents=edges, dtype=dtype, states=False
+        )
+        out[(mode, "zigzag-packed-stateless")] = op_case(
+            world, mode, layout="zigzag", documents=zigzag_docs, dtype=dtype, states=False
+        )
         for checkpoint in (True, False) if mode != "ulysses" else (True,):
             out[(mode, f"uneven-edges-ckpt{int(checkpoint)}")] = op_case(
                 world, mode, lengths=lengths, documents=edges, checkpoint=checkpoint, dtype=dtype

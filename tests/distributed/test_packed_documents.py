@@ -38,14 +38,14 @@ def test_op_matches_the_per_document_reference_in_fp64(results, world) -> None:
     """Outputs, final states, and the gradients of q, k, v, g, beta and of the initial states, on every rank's
     view: batches with initial states, uneven shards (one-token shards included) with documents spanning every
     rank or ending at shard edges, one-token documents, zigzag with and without documents, checkpoint on and
-    off."""
+    off; and without per-document states (documents sharing chunks, masked)."""
     cases = results(world)[0]["op_fp64"]
     assert {mode for mode, _ in cases} == set(MODES)
     for key, errors in cases.items():
         bad = {name: e for name, e in errors.items() if not e <= FP64}
         assert not bad, f"{key}: {bad}"
     for rank_results in results(world):  # every rank holds the same final states, bit for bit
-        assert all(e["final_same_on_every_rank"] == 0 for e in rank_results["op_fp64"].values())
+        assert all(e.get("final_same_on_every_rank", 0) == 0 for e in rank_results["op_fp64"].values())
 
 
 @pytest.mark.parametrize("world", WORLDS)

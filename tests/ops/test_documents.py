@@ -52,6 +52,45 @@ def _per_document(op, x, bounds, h0, **kw):
 
 @pytest.mark.parametrize("chunk_size", [1, 4, 64])
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
+def test_chunk_without_states_shares_chunks_and_is_every_document_alone(name, chunk_size) -> None:
+    """No initial or final states: the documents share chunks, kept apart by masks (no padding)."""
+    bounds = DOCUMENTS[name]
+    shape = Shape(1, bounds[-1], 2, 4, 8, 6)
+    x = gdn_inputs(shape, unit_qk=True, requires_grad=True)
+    o, _ = chunk_gated_delta_rule(*x, cu_seqlens=torch.tensor(bounds), chunk_size=chunk_size)
+    o_ref = torch.cat(
+        [chunk_gated_delta_rule(*x.slice(a, b), chunk_size=chunk_size)[0] for a, b in pairwise(bounds)], 1
+    )
+    terms = shape.T * shape.K
+    assert_close_scaled(o, o_ref, F64, terms=terms)
+    grads = torch.autograd.grad(weighted_sum(o), list(x))
+    expected = torch.autograd.grad(weighted_sum(o_ref), list(x))
+    for name_, got, want in zip(("q", "k", "v", "g", "beta"), grads, expected, strict=True):
+        assert_close_scaled(got, want, F64, terms=terms, msg=name_)
+
+
+def test_resets_inside_a_segment() -> None:
+    """prepare_chunks(resets=...): the state restarts from zeros at each reset (one at the first token
+    discards the entering state), and the summary is the map from the entering state to the end."""
+    shape = Shape(1, 30, 2, 4, 8, 6)
+    x = gdn_inputs(shape, unit_qk=True)
+    H = _states(1, shape)
+    for resets in ([5, 17], [0, 5, 17]):
+        chunks = prepare_chunks(*x, chunk_size=4, resets=resets)
+        o, h = chunk_outputs(chunks, H, output_final_state=True)
+        starts = [0, *(r for r in resets if r), 30]
+        outs, final = [], None
+        for j, (a, b) in enumerate(pairwise(starts)):
+            enters = H if j == 0 and 0 not in resets else None
+            out, final = chunk_gated_delta_rule(*x.slice(a, b), initial_state=enters, output_final_state=True)
+            outs.append(out)
+        assert_close_scaled(o, torch.cat(outs, 1), F64, terms=30)
+        assert_close_scaled(h, final, F64, terms=30)
+        assert_close_scaled(apply_summary(gdn_state_summary(chunks), H), final, F64, terms=30)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+@pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_chunk_with_cu_seqlens_is_every_document_alone(name, chunk_size) -> None:
     bounds = DOCUMENTS[name]
     shape = Shape(1, bounds[-1], 2, 4, 8, 6)

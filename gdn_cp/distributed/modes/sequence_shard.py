@@ -9,15 +9,19 @@ Every rank summarises its pieces in parallel; only summaries or states cross ran
 exchange also carries the header (every piece's length, the input checks), so uneven shards and the checks
 cost no collective of their own in the layer.
 
-Packed documents: a rank's tokens are cut into segments (gdn_cp.distributed.layout.LocalSegment). A segment
-that continues a document from an earlier piece enters with the piece's H_in; one that starts a document
-enters with that document's initial state (or zeros). A piece's summary is the map of its last segment from
-the piece's entering state: M = 0 once a document starts inside the piece (the entering state is forgotten),
-and S then includes the starting document's initial state. The Conv1D halo is cut at the document start.
+Packed documents: the Conv1D halo is cut at the document start. Without states per document (the layer, and
+training), each piece is one run of chunks in which the documents starting inside it are resets (they share
+chunks, kept apart by masks: gdn_cp.ops.documents), so a piece's summary is its chunks' map, with M = 0
+wherever a document starts. With initial or final states, a rank's tokens are cut into segments
+(gdn_cp.distributed.layout.LocalSegment), each in chunks of its own: a segment that continues a document
+from an earlier piece enters with the piece's H_in, one that starts a document with that document's initial
+state (or zeros); a piece's summary is the map of its last segment from the piece's entering state (M = 0
+once a document starts inside it, S including the starting document's initial state).
 """
 
 from __future__ import annotations
 
+import itertools
 from abc import abstractmethod
 
 import torch
@@ -138,18 +142,46 @@ class SequenceShardMode(CPMode):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         bounds = plan_documents(plan, cu_seqlens)
         segments = plan.segments(bounds)
+        kw = {"scale": scale, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel, "chunk_size": chunk_size}
+        if initial_state is None and not output_final_state:
+            # No state in or out per document: chunks are cut at the pieces' edges only, and the documents
+            # inside a piece share chunks (resets), with no padding.
+            at = [0, *itertools.accumulate(plan.local_lengths)]
+            resets = [s.start for s in segments if not s.carried]
+            chunks = prepare_chunks(*inputs, cu_seqlens=at, resets=resets, **kw)
+            S, M = (
+                torch.stack(t)
+                for t in zip(
+                    *(
+                        gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary, segment=piece)
+                        for piece in range(len(plan.local_pieces))
+                    ),
+                    strict=True,
+                )
+            )
+            o, _ = chunk_outputs(chunks, self.entering_states(S, M, plan).transpose(0, 1))
+            return o, None
+        return self._rule_with_states(plan, inputs, segments, bounds, initial_state, output_final_state, kw)
+
+    def _rule_with_states(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        segments: list[LocalSegment],
+        bounds: list[int] | None,
+        initial_state: torch.Tensor | None,
+        output_final_state: bool,
+        kw: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Documents with states in or out: every segment (a document inside a piece) in chunks of its own,
+        entering with H_in (it continues a document) or its document's initial state, leaving with its final
+        state."""
         local_bounds = [s.start for s in segments] + [sum(plan.local_lengths)]
-        chunks = prepare_chunks(
-            *inputs,
-            scale=scale,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            chunk_size=chunk_size,
-            cu_seqlens=local_bounds,
-        )
+        chunks = prepare_chunks(*inputs, cu_seqlens=local_bounds, **kw)
         # Initial states per document, [B, n, Hv, K, V] (cu_seqlens: B = 1 and n documents; else n = 1).
         starts = None
         if initial_state is not None:
-            starts = initial_state.unsqueeze(0) if cu_seqlens is not None else initial_state.unsqueeze(1)
+            starts = initial_state.unsqueeze(0) if bounds is not None else initial_state.unsqueeze(1)
         S, M = self._piece_summaries(chunks, segments, starts)
         H_in = self.entering_states(S, M, plan)  # [P, B, Hv, K, V]
 
@@ -172,7 +204,7 @@ class SequenceShardMode(CPMode):
             1, documents[ending], finals[:, ending]
         )
         o, final = sum_with_outputs(o, share, self.group)
-        return o, (final[0] if cu_seqlens is not None else final[:, 0])
+        return o, (final[0] if bounds is not None else final[:, 0])
 
     def _piece_summaries(
         self, chunks, segments: list[LocalSegment], starts: torch.Tensor | None
