@@ -9,6 +9,8 @@
 - `state_chain`: the piece-to-piece recurrent state hand-off H_out = M @ H_in + S in global order (forward
   r-1 -> r -> r+1, backward r+1 -> r -> r-1 for contiguous shards).
 - `sum_with_outputs`: a replicated sum of per-rank shares (final states), tied to the outputs.
+- `shift_pieces`: every piece's tensor to the piece `distance` later, in one round of point-to-point messages
+  (the rounds of the scan mode's parallel prefix).
 - `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
 - `broadcast_module_tensors`: one rank's parameters and buffers to every rank (setup, not counted).
 
@@ -443,6 +445,68 @@ def sum_with_outputs(
     if size == 1:
         return o, part
     return _SharedWithOutputs.apply(o, part, group)
+
+
+class _PieceShift(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, distance, group, owners):
+        ctx.distance, ctx.group, ctx.owners = distance, group, owners
+        return _shift_pieces(x, distance, group, owners)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # y[v] = x[v - d], so dx[v] = dy[v + d]: the same exchange the other way.
+        return _shift_pieces(grad, -ctx.distance, ctx.group, ctx.owners), None, None, None
+
+
+def _shift_pieces(
+    x: torch.Tensor, distance: int, group: ProcessGroup | None, owners: tuple[int, ...]
+) -> torch.Tensor:
+    rank, _ = group_rank_size(group)
+    mine = [j for j, owner in enumerate(owners) if owner == rank]
+    at = {j: i for i, j in enumerate(mine)}
+    out = torch.zeros_like(x)
+    ops, arrivals = [], []
+    for i, j in enumerate(mine):
+        target, source = j + distance, j - distance
+        if 0 <= target < len(owners):
+            if owners[target] == rank:
+                out[at[target]] = x[i]
+            else:
+                peer = dist.get_global_rank(group, owners[target]) if group is not None else owners[target]
+                ops.append(dist.P2POp(dist.isend, x[i].contiguous(), peer, group))
+                comm_stats.record(comm_stats.P2P, _nbytes(x[i].numel(), x), 0)
+        if 0 <= source < len(owners) and owners[source] != rank:
+            buf = torch.empty_like(x[i], memory_format=torch.contiguous_format)
+            peer = dist.get_global_rank(group, owners[source]) if group is not None else owners[source]
+            ops.append(dist.P2POp(dist.irecv, buf, peer, group))
+            comm_stats.record(comm_stats.P2P, 0, _nbytes(buf.numel(), buf))
+            arrivals.append((i, buf))
+    if ops:
+        with torch.profiler.record_function(PROFILER_LABEL.format(kind=comm_stats.P2P)):
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+    for i, buf in arrivals:
+        out[i] = buf
+    return out
+
+
+def shift_pieces(
+    x: torch.Tensor, distance: int, group: ProcessGroup | None = None, owners: Sequence[int] | None = None
+) -> torch.Tensor:
+    """y[v] = x[v - distance] for each of this rank's pieces v (zeros where v - distance is no piece), over
+    the pieces of the global sequence held by `owners` (default: piece r on rank r). One round of
+    point-to-point messages (batch_isend_irecv), a piece passed to its own holder locally. Differentiable:
+    the backward is the shift the other way.
+
+    Args:
+        x: [P, ...] one tensor per piece of this rank, in increasing global order
+    Returns:
+        [P, ...]
+    """
+    _, size = group_rank_size(group)
+    owners = tuple(range(size)) if owners is None else tuple(owners)
+    return _PieceShift.apply(x, distance, group, owners)
 
 
 def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: ProcessGroup | None = None) -> None:

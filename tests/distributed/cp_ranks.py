@@ -19,6 +19,7 @@ from gdn_cp import GatedDeltaNet, GatedDeltaNetConfig, LinearAttentionContextPar
 from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp, error_stats
 from gdn_cp.distributed import (
     MODES,
+    SUMMARY_MODES,
     all_gather_stack,
     all_reduce_gradients,
     all_to_all,
@@ -119,7 +120,7 @@ def run_world(world: int) -> dict[str, Any]:
         "state_chain": check_state_chain(),
         "all_reduce_gradients": check_all_reduce_gradients(),
         "layer": layer_comparisons(layer_cases(world)),
-        "checkpoint_on_off": {m: checkpoint_on_off(m, 3 * world) for m in ("p2p", "all_gather")},
+        "checkpoint_on_off": {m: checkpoint_on_off(m, 3 * world) for m in SUMMARY_MODES},
         "communication": measured_communication(world),
     }
     if world in HYBRID_WORLDS:

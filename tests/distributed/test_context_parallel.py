@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gdn_cp.accuracy import Thresholds
+from gdn_cp.distributed import SUMMARY_MODES
 from tests.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
@@ -73,7 +74,7 @@ def test_ulysses_is_exercised_where_heads_split() -> None:
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=lambda w: f"cp{w}")
-@pytest.mark.parametrize("mode", ["p2p", "all_gather"])
+@pytest.mark.parametrize("mode", SUMMARY_MODES)
 def test_checkpoint_summary_on_equals_off(world_results, mode: str, world: int) -> None:
     for rank in world_results(world):
         assert rank["checkpoint_on_off"][mode] == 0.0

@@ -3,7 +3,7 @@
     base.py            CPMode: the call boundary, and the facts every mode declares (summary, shape rules,
                        communication model, colour and marker)
     sequence_shard.py  the pipeline the full-head modes share (halo, Conv1D, prepare, summary, outputs)
-    ulysses.py, p2p.py, all_gather.py   one module per mode
+    ulysses.py, p2p.py, all_gather.py, scan.py   one module per mode
 
 Adding a mode is one module here and one entry in MODE_CLASSES (and the name in ModeName, which a test
 keeps equal). bench, the estimate, the plots and the communication model read everything else from the
@@ -18,15 +18,16 @@ from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.modes.all_gather import AllGatherMode
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.distributed.modes.p2p import P2PMode
+from gdn_cp.distributed.modes.scan import ScanMode
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 from gdn_cp.distributed.modes.ulysses import UlyssesMode
 from gdn_cp.distributed.sharding import check_layout_split
 from gdn_cp.layers import GatedDeltaNetConfig
 
-ModeName = Literal["ulysses", "p2p", "all_gather"]
+ModeName = Literal["ulysses", "p2p", "all_gather", "scan"]
 """The names of the CP modes, for type hints and config validation (equal to MODES, in order)."""
 
-MODE_CLASSES: dict[str, type[CPMode]] = {m.name: m for m in (UlyssesMode, P2PMode, AllGatherMode)}
+MODE_CLASSES: dict[str, type[CPMode]] = {m.name: m for m in (UlyssesMode, P2PMode, AllGatherMode, ScanMode)}
 """The registry: name -> mode class, in display order."""
 
 MODES: tuple[str, ...] = tuple(MODE_CLASSES)
