@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.ops.documents import document_bounds, document_positions
 
 
@@ -68,11 +69,15 @@ def _conv_within_documents(
     xc [B, D, W - 1 + T] (left context included), weight [D, W]; `halo` real tokens of context precede the
     first document. Returns [B, D, T].
     """
+    weight_dtype = weight.dtype
     W, T = weight.shape[1], xc.shape[-1] - weight.shape[1] + 1
     seen = document_positions(bounds, xc.device)  # earlier tokens of its document each token may see
     seen[: bounds[1]] += halo
+    # Accumulated in fp32 (fp64 stays) and rounded once, as F.conv1d does: bf16 taps would round W times.
+    acc = accumulation_dtype(xc.dtype)
+    xc, weight = xc.to(acc), weight.to(acc)
     out = xc[..., W - 1 :] * weight[:, W - 1, None]
     for back in range(1, W):  # tap W-1-back reads the token `back` steps before
         tap = xc[..., W - 1 - back : W - 1 - back + T] * weight[:, W - 1 - back, None]
-        out = out + tap * (seen >= back).to(tap.dtype)
-    return out
+        out = out + tap * (seen >= back).to(acc)
+    return out.to(weight_dtype)

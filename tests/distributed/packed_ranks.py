@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gdn_cp import GatedDeltaNet, GatedDeltaNetConfig, LinearAttentionContextParallel
-from gdn_cp.accuracy import compare_layer_under_cp
+from gdn_cp.accuracy import Thresholds, compare_layer_under_cp
 from gdn_cp.distributed import (
     MODES,
     all_gather_stack,
@@ -186,6 +186,25 @@ def layer_cases(world: int) -> dict[tuple, Any]:
     return out
 
 
+def bf16_layer_cases(world: int) -> dict[tuple, Any]:
+    """bf16 with packed documents, contiguous and zigzag, a longer sequence (64 tokens per rank) so that
+    documents span chunks: failures against the reference PR's bars (gdn_cp.accuracy.Thresholds())."""
+    T = 64 * world
+    documents = [0, 5, 40, 41, T - 70, T]
+    return {
+        (mode, layout): compare_layer_under_cp(
+            layer_config(world, torch.bfloat16),
+            mode=mode,
+            seq_len=T,
+            layout=layout,
+            documents=documents,
+            seed=6,
+        ).failures(Thresholds())
+        for mode in MODES
+        for layout in ("contiguous", "zigzag")
+    }
+
+
 def uneven_layer(world: int, mode: str) -> dict[str, float]:
     """The layer on uneven shards with packed documents vs the single-device layer with cu_seqlens."""
     lengths, spanning, _ = UNEVEN[world]
@@ -323,6 +342,7 @@ def run_world(world: int) -> dict[str, Any]:
             for mode in MODES
         },
         "layer": layer_cases(world),
+        "layer_bf16": bf16_layer_cases(world),
         "uneven_layer": {mode: uneven_layer(world, mode) for mode in MODES},
         "communication": measured_communication(world),
     }

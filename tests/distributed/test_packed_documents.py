@@ -73,6 +73,13 @@ def test_layer_keeps_documents_apart_in_every_layout(results, world) -> None:
 
 
 @pytest.mark.parametrize("world", WORLDS)
+def test_layer_in_bf16_meets_the_reference_bars(results, world) -> None:
+    """bf16 packed input, contiguous and zigzag, every mode: the reference PR's bars (Thresholds())."""
+    failures = {key: f for key, f in results(world)[0]["layer_bf16"].items() if f}
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("world", WORLDS)
 def test_layer_on_uneven_shards(results, world) -> None:
     for mode, errors in results(world)[0]["uneven_layer"].items():
         assert max(errors.values()) <= FP64, (mode, errors)
