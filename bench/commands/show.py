@@ -1,5 +1,6 @@
 """`bench show RESULT`: a result file as the PR's tables (mode | forward median | forward+backward median |
-peak allocated, per CP degree and sequence length), then the cases that failed or were skipped, with why,
+peak allocated, per CP degree and sequence length), the throughput table, packed documents against the same
+tokens unpacked (when the run has both), then the cases that failed or were skipped, with why,
 then the accuracy checks of `bench verify`, if the file holds any. `--format markdown` renders the same
 tables as a markdown document (bench.render.document); `--format json` prints the file's cases as the rows
 of `bench export` (bench.results.export)."""
@@ -22,6 +23,7 @@ from bench.results.export import export_rows
 from bench.results.store import RunResult, load_result
 from bench.results.tables import (
     TableData,
+    documents_table,
     not_measured,
     print_tables,
     reference_table_data,
@@ -92,9 +94,8 @@ def render(run: RunResult, console: Console) -> None:
     print_tables([reference_table_data(t, run) for t in reference_tables(run)], console)
     for note in notes(run):
         console.print(note, style="dim")
-    throughput = throughput_table(run)
-    if throughput is not None:
-        print_tables([throughput], console)
+    extra = [throughput_table(run), documents_table(run)]
+    print_tables([t for t in extra if t is not None], console)
     missing = not_measured(run)
     if missing:
         t = Table(title="not measured", title_justify="left")
@@ -113,11 +114,11 @@ def markdown(run: RunResult) -> str:
     reference = [reference_table_data(t, run) for t in reference_tables(run)]
     if reference:
         reference[-1].notes += notes(run)
-    throughput = throughput_table(run)
+    extra = [throughput_table(run), documents_table(run)]
     missing = [[r.key, r.status, first_line(r.error)] for r in not_measured(run)]
     tables = [
         *reference,
-        *([throughput] if throughput is not None else []),
+        *(t for t in extra if t is not None),
         *(
             [TableData(title="not measured", headers=["case", "status", "reason"], rows=missing)]
             if missing

@@ -1,10 +1,12 @@
 """`bench verify SCENARIO ...`: the reference PR's accuracy study (sections 1 and 2) as a command.
 
-Layer (default): for every mode x CP degree x dtype x summary checkpoint x sequence length of the scenarios,
-one launch of `cp` ranks runs gdn_cp.accuracy.compare_layer_under_cp for each seed (`--seeds N`: seeds
-seed .. seed + N - 1): output and input gradient (max-abs, max relative to the reference's scale, rel-L2),
-every parameter gradient (the same, present and finite) and the global gradient norm, against the bars of
-the scenario's `thresholds` (bench/thresholds.py; unset bars are the reference PR's).
+Layer (default): for every mode x CP degree x dtype x summary checkpoint x sequence length (x layout x
+documents) of the scenarios, one launch of `cp` ranks runs gdn_cp.accuracy.compare_layer_under_cp for each
+seed (`--seeds N`: seeds seed .. seed + N - 1; in the case's layout, and with packed documents against the
+single-device layer on each document on its own): output and input gradient (max-abs, max
+relative to the reference's scale, rel-L2), every parameter gradient (the same, present and finite) and the
+global gradient norm, against the bars of the scenario's `thresholds` (bench/thresholds.py; unset bars are
+the reference PR's).
 
 Trajectory (`--train [STEPS]`): per case, the hybrid model of the scenario's `train:` section trained with
 AdamW on new random batches every step, the single-rank reference (rank 0, full sequence) against the CP
@@ -57,7 +59,7 @@ from bench.verification import (
     train_on_rank,
     verification_tables,
 )
-from gdn_cp.distributed import resolve_platform
+from gdn_cp.distributed import DEFAULT_LAYOUT, resolve_platform
 
 NAME = "verify"
 HELP = (
@@ -163,6 +165,12 @@ def _check_train(sel: Selection, train: int | str) -> tuple[TrainSettings, int]:
         )
     heads = settings.num_attention_heads
     for case in sel.cases:
+        if case.input_tag:  # the hybrid model's CP (gdn_cp.models) shards contiguously, one sequence
+            raise ConfigError(
+                f"{display(sel.path)}: {'layout' if case.layout != DEFAULT_LAYOUT else 'documents'}: --train "
+                f"trains contiguous shards of unpacked sequences, not case {case.case_id}; --filter "
+                "layout=contiguous,documents=none, or verify the layer without --train"
+            )
         if heads % case.cp:
             raise ConfigError(
                 f"{display(sel.path)}: train.num_attention_heads: {heads} full-attention heads do not "

@@ -6,7 +6,9 @@ bench.measure.memory's.
 Formula (bytes per rank). tokens = batch * seq_len / cp (ulysses holds all tokens of Hv/cp heads instead:
 the same amount), padded = batch * (seq_len / cp rounded up to a multiple of C): the chunked op pads the
 shard to whole chunks, so each of its N chunks holds C tokens and C x C matrices (ulysses pads the whole
-sequence instead, which this overestimates only when C exceeds the shard), e = bytes per element of the
+sequence instead, which this overestimates only when C exceeds the shard); in the zigzag layout each of the
+rank's two pieces is padded on its own. Packed documents add nothing: the layer keeps them apart with masks
+inside shared chunks (gdn_cp.ops.documents, resets), so they pad nothing; e = bytes per element of the
 dtype, a = of the accumulation dtype (4; 8 for fp64), P = parameter count, conv_dim = 2*Hk*K + Hv*V,
 value_dim = Hv*V:
 
@@ -18,7 +20,8 @@ value_dim = Hv*V:
          + tokens * 2.5 * e*(2*conv_dim + 3*value_dim + hidden)   projections, conv out, z, o, norm, output
          + [checkpoint off, a mode with a summary] tokens * 3 * a * Hv*K*(K + V) / C   per-chunk summary graph
          + held * batch * a * Hv*K*(K + V)                 the summaries of other ranks the mode holds
-                                                           (CPMode.held_summaries: all_gather cp, others 0)
+                                                           (CPMode.held_summaries: all_gather cp, others 0;
+                                                           one per piece: x2 in the zigzag layout)
          + [forward_backward] e*P + e*tokens*hidden         parameter and input gradients
 
 The factors 2.5 and 3 are fitted to gdn_cp's eager ops on CPU with the profiler meter (fp32, head dims
@@ -35,6 +38,7 @@ from pathlib import Path
 
 from bench.suite.config import Case
 from gdn_cp.distributed import Platform, mode_class
+from gdn_cp.distributed.layout import pieces_per_rank
 from gdn_cp.dtypes import accumulation_dtype, to_dtype
 
 ACTIVATION_FACTOR = 2.5
@@ -56,9 +60,12 @@ def parameter_count(case: Case) -> int:
 
 
 def padded_tokens(case: Case) -> int:
-    """Tokens per rank the chunked op works on: each sequence's shard rounded up to whole chunks."""
+    """Tokens per rank the chunked op works on: each of the rank's pieces of a sequence (one contiguous, two
+    zigzag) rounded up to whole chunks. Packed documents share chunks, so they pad nothing."""
     C = case.chunk_size
-    return case.batch * -(-case.local_seq_len // C) * C
+    pieces = pieces_per_rank(case.layout)
+    piece = case.local_seq_len // pieces  # zigzag's pieces are equal (preflight checks the split)
+    return case.batch * pieces * -(-piece // C) * C
 
 
 def estimate_peak_bytes(case: Case) -> int:
@@ -78,7 +85,8 @@ def estimate_peak_bytes(case: Case) -> int:
     mode = mode_class(case.mode)
     if mode.has_summary and not case.checkpoint:
         peak += tokens * SUMMARY_GRAPH_FACTOR * a * summary / C
-    peak += mode.held_summaries(case.cp) * case.batch * a * summary
+    held = mode.held_summaries(case.cp) * pieces_per_rank(case.layout)  # a summary per piece
+    peak += held * case.batch * a * summary
     if case.pass_ == "forward_backward":
         peak += e * params + e * tokens * c.hidden_size
     return int(peak)

@@ -1,8 +1,10 @@
 """The checks of a command's cases against this host, before any rank starts: shapes the mode cannot split
-(gdn_cp.distributed.check_cp_shapes), more local ranks than the host can run, and a rough memory estimate
-above what is available (bench.launch.estimate; when chunk_size exceeds the shard, it is named as the
-cause: the chunked op pads the shard to whole chunks, each with C x C matrices). Each error names the
-scenario file, line and fix, through the Locator the scenario was read with (the file is not read again)."""
+(gdn_cp.distributed.check_cp_shapes, in the case's layout), document boundaries the layer would refuse
+(gdn_cp.ops.document_bounds on the case's cu_seqlens), more local ranks than the host can run, and a rough
+memory estimate above what is available (bench.launch.estimate; when chunk_size exceeds the shard, it is
+named as the cause: the chunked op pads the shard to whole chunks, each with C x C matrices). Each error
+names the scenario file, line and fix, through the Locator the scenario was read with (the file is not
+read again)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from bench.launch.estimate import available_bytes, estimate_peak_bytes, human_by
 from bench.suite.config import Case, Scenario
 from bench.suite.loader import Locator
 from gdn_cp.distributed import Platform, check_cp_shapes
+from gdn_cp.ops import check_packed_batch, document_bounds
 
 
 def check_cases(
@@ -34,9 +37,10 @@ def check_cases(
         except ValueError as exc:
             raise locate.error(("cp",), "cp", f"case {case.case_id}: {exc}") from None
         try:
-            check_cp_shapes(case.mode, config, case.cp, case.seq_len)
-        except ValueError as exc:
+            check_cp_shapes(case.mode, config, case.cp, case.seq_len, case.layout)
+        except ValueError as exc:  # zigzag's message names its pieces and the contiguous alternative
             raise locate.error((length_key,), length_key, f"case {case.case_id}: {exc}") from None
+        _check_documents(locate, case)
         if max_local_ranks is not None and case.cp > max_local_ranks:
             raise locate.error(
                 ("cp",),
@@ -67,3 +71,19 @@ def check_cases(
                     f"{needs}; use a shorter {length_key}, a smaller batch or a larger cp, or leave the case "
                     "out with --filter",
                 )
+
+
+def _check_documents(locate: Locator, case: Case) -> None:
+    """The layer's own checks of the case's cu_seqlens (the config has checked count and batch; this holds
+    the boundaries it derived to the rules the ranks apply)."""
+    bounds = case.cu_seqlens()
+    if bounds is None:
+        return
+    try:
+        check_packed_batch(case.batch)
+    except ValueError as exc:
+        raise locate.error(("batch",), "batch", f"case {case.case_id}: {exc}") from None
+    try:
+        document_bounds(bounds, case.seq_len)
+    except ValueError as exc:
+        raise locate.error(("documents",), "documents", f"case {case.case_id}: {exc}") from None

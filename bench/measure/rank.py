@@ -2,15 +2,18 @@
 
 Runs inside an initialised process group whose ranks are the case's CP group (a `run_on_ranks` launch, or a
 torchrun job whose world size is the case's cp). Every rank builds the same weights, the same global input
-and the same output gradient from the case's seed, keeps its contiguous sequence shard (shard_sequence), and
-puts the layer under LinearAttentionContextParallel.
+and the same output gradient from the case's seed, keeps its sequence shard in the case's layout
+(shard_sequence: contiguous or zigzag), and puts the layer under LinearAttentionContextParallel in that
+layout. With packed documents every rank passes the same global boundaries (Case.cu_seqlens) as the
+layer's cu_seqlens, at cp 1 too.
 
 Timing, per repeat: barrier, device sync, start, the pass, device sync, stop; gradients are cleared between
 repeats, outside the timed region. The passes:
-- forward: `layer(x)` with autograd on (as in training: the graph and saved activations are built), no
-  backward; the output is dropped after the stop.
-- forward_backward: `layer(x).backward(grad_output)` with a fixed random grad_output shard. Parameter
-  gradients stay partial per rank: their reduction over the CP group (an all-reduce or FSDP) is not timed.
+- forward: `layer(x, cu_seqlens=...)` with autograd on (as in training: the graph and saved activations
+  are built), no backward; the output is dropped after the stop.
+- forward_backward: `layer(x, cu_seqlens=...).backward(grad_output)` with a fixed random grad_output
+  shard. Parameter gradients stay partial per rank: their reduction over the CP group (an all-reduce or
+  FSDP) is not timed.
 Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory), and last
 each rank's matmul throughput (bench.measure.throughput), the limit its achieved GFLOP/s is set against.
 """
@@ -57,9 +60,17 @@ def global_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.G
     return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
 
 
-def _local_shard(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """This rank's shard as its own tensor on `device` (a copy, so that the global tensor can be freed)."""
-    return shard_sequence(x).to(device, copy=True)
+def _local_shard(x: torch.Tensor, device: torch.device, layout: str) -> torch.Tensor:
+    """This rank's shard of x [B, T, hidden] in `layout`, [B, T/cp, hidden], as its own tensor on `device`
+    (a copy, so that the global tensor can be freed)."""
+    return shard_sequence(x, layout=layout).to(device, copy=True)
+
+
+def cu_seqlens_of(case: Case) -> torch.Tensor | None:
+    """[n + 1] int64 global document boundaries of the case (None: unpacked), the same on every rank. On the
+    host: the layer reads them as Python ints, so a device copy would only add a synchronisation."""
+    bounds = case.cu_seqlens()
+    return None if bounds is None else torch.tensor(bounds, dtype=torch.long)
 
 
 def build_pass(
@@ -77,21 +88,24 @@ def build_pass(
     layer = GatedDeltaNet(config, device=device)
     generator = torch.Generator().manual_seed(case.seed + 1)
     shape = (case.batch, case.seq_len, case.hidden_size)
-    x = _local_shard(global_tensor(shape, config.dtype, generator), device).requires_grad_(True)
-    grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device)
-    layer = LinearAttentionContextParallel(mode=case.mode, checkpoint_summary=bool(case.checkpoint)).apply(
-        layer
+    x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout)
+    x.requires_grad_(True)
+    grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout)
+    cu_seqlens = cu_seqlens_of(case)
+    style = LinearAttentionContextParallel(
+        mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout
     )
+    layer = style.apply(layer)
 
     if case.pass_ == "forward":
 
         def step() -> torch.Tensor | None:
-            return layer(x)
+            return layer(x, cu_seqlens=cu_seqlens)
 
     else:
 
         def step() -> torch.Tensor | None:
-            layer(x).backward(grad_output)
+            layer(x, cu_seqlens=cu_seqlens).backward(grad_output)
             return None
 
     def clear_grads() -> None:

@@ -126,6 +126,7 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
         seq_len=case.seq_len,
         batch=case.batch,
         backward=case.pass_ == "forward_backward",
+        layout=case.layout,
     )
     dist.barrier()
     memory, memory_error = _memory_breakdown(step, live)

@@ -20,6 +20,7 @@ from bench.results import analysis
 from bench.results.analysis import PASS_LABELS, AblationRow, ScalingPoint
 from bench.results.store import RunResult
 from bench.results.tables import (
+    documents_table,
     format_mib,
     format_ms,
     format_tokens,
@@ -97,7 +98,9 @@ def overview(runs: Sequence[ReportRun]) -> Section:
 
 def results(runs: Sequence[ReportRun]) -> Section | None:
     def build(r: ReportRun) -> list:
-        return document_blocks([reference_table_data(t, r.run) for t in reference_tables(r.run)])
+        packed = documents_table(r.run)
+        tables = [reference_table_data(t, r.run) for t in reference_tables(r.run)]
+        return document_blocks([*tables, *([packed] if packed is not None else [])])
 
     blocks, subsections = _per_run(runs, build)
     if not blocks and not subsections:

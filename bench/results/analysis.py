@@ -3,7 +3,9 @@
 Everything here reads the ok cases of one RunResult, addressed by their coordinates (scenario, mode,
 summary checkpoint, CP degree, global sequence length, pass). Scaling and sequence-length views use one
 *variant* per mode: summary checkpoint on where the run has it (the PR's default), else whatever ran;
-checkpoint on vs off is its own view (`checkpoint_ablation`).
+checkpoint on vs off is its own view (`checkpoint_ablation`). A scenario that sweeps layouts or packed
+documents is read in one *input* (`primary_input`): the contiguous layout unpacked where it ran, else its
+first case's; packed against unpacked is a table (bench.results.tables.documents_table), not a chart.
 
 - strong scaling: a fixed global sequence shared by more ranks; speedup(cp) = t(cp=1) / t(cp), efficiency
   = speedup / cp. Any global length measured at cp=1 and at least one larger cp qualifies.
@@ -20,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.results.store import CaseResult, RunResult
-from bench.suite.config import PASS_TAGS
-from gdn_cp.distributed import SUMMARY_MODES, mode_order
+from bench.suite.config import PASS_TAGS, Case
+from bench.suite.documents import documents_tag
+from gdn_cp.distributed import DEFAULT_LAYOUT, SUMMARY_MODES, mode_order
 
 PASSES: tuple[str, ...] = tuple(PASS_TAGS)
 """forward, forward_backward: the order passes are shown in."""
@@ -139,8 +142,27 @@ def _median(result: CaseResult) -> float:
     return result.timing.median_s
 
 
+def input_of(case: Case) -> tuple[str, str]:
+    """(layout, documents tag) of a case: what its input is, beyond its length."""
+    return case.layout, documents_tag(case.documents)
+
+
+PLAIN_INPUT = (DEFAULT_LAYOUT, "none")
+"""Contiguous shards of an unpacked sequence: what every scenario ran before layouts and documents."""
+
+
+def primary_input(run: RunResult, scenario: str) -> tuple[str, str] | None:
+    """The input the charts of `scenario` show: PLAIN_INPUT where an ok case has it, else the first ok
+    case's (None: no ok case)."""
+    found = [input_of(c.case) for c in run.cases if c.status == "ok" and c.case.scenario == scenario]
+    return PLAIN_INPUT if PLAIN_INPUT in found else (found[0] if found else None)
+
+
 def _ok(run: RunResult) -> Iterable[CaseResult]:
-    return (c for c in run.cases if c.status == "ok" and c.timing is not None)
+    """The ok cases with timing, each scenario's in its primary input only (so that one point is one case)."""
+    done = [c for c in run.cases if c.status == "ok" and c.timing is not None]
+    primary = {name: primary_input(run, name) for name in dict.fromkeys(c.case.scenario for c in done)}
+    return (c for c in done if input_of(c.case) == primary[c.case.scenario])
 
 
 def scenario_names(run: RunResult) -> list[str]:

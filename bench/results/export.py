@@ -10,7 +10,7 @@ Every row has the same columns (COLUMNS), whatever its file holds, so that rows 
 - the run's identity (RUN_COLUMNS): file name, run name, commit, branch, dirty, host, device, torch version,
   threads per rank (the case's own when it recorded them, else the configured ones);
 - the case's coordinates (CASE_COLUMNS): scenario, case_id, mode, checkpoint, cp, seq_len, local_seq_len,
-  pass, dtype, batch and the layer's dims;
+  pass, dtype, batch, layout, documents (their tag: `docs64-lognormal`, or `none`) and the layer's dims;
 - its measurements (MEASURE_COLUMNS: status, first error line, median/min/max/IQR seconds, peak bytes,
   model FLOPs, matmul GFLOP/s and achieved GFLOP/s per rank where the file has a throughput record, wall
   time), a sample's (SAMPLE_COLUMNS) or a verify record's (VERIFY_COLUMNS: which check, passed, its
@@ -31,6 +31,7 @@ from bench.errors import first_line
 from bench.results.store import CaseResult, RunResult
 from bench.results.verifications import LayerVerification, TrainVerification, Verification
 from bench.suite.config import MODEL_KEYS, Case
+from bench.suite.documents import documents_tag
 
 Row = dict[str, Any]
 Record = Literal["case", "sample", "verify"]
@@ -41,7 +42,7 @@ RUN_COLUMNS = (
 )
 CASE_COLUMNS = (
     *("scenario", "case_id", "mode", "checkpoint", "cp", "seq_len", "local_seq_len", "pass", "dtype"),
-    *("batch", *MODEL_KEYS),
+    *("batch", "layout", "documents", *MODEL_KEYS),
 )
 MEASURE_COLUMNS = (
     *("status", "error", "median_s", "min_s", "max_s", "iqr_s", "noisy", "repeats", "peak_bytes"),
@@ -82,6 +83,7 @@ def _run_cells(run: RunResult, file: str) -> Row:
 
 def _case_cells(case: Case) -> Row:
     data = case.to_dict()
+    data["documents"] = documents_tag(case.documents)  # one cell: the case id's tag, or none
     return {name: data[name] for name in CASE_COLUMNS}
 
 

@@ -1,8 +1,10 @@
 """A run's results arranged like the reference PR's tables (section 3), independent of how they print.
 
-One table per scenario and CP degree; one row per (global sequence length, mode, summary checkpoint) with
-the forward median, the forward+backward median and the peak allocated memory. Peak allocated is that of
-the forward+backward pass (training), or of the forward pass where only forward ran.
+One table per scenario and CP degree; one row per (global sequence length, mode, summary checkpoint, layout,
+documents) with the forward median, the forward+backward median and the peak allocated memory. Peak
+allocated is that of the forward+backward pass (training), or of the forward pass where only forward ran.
+A table whose rows mix layouts or documents gets a column for each. `documents_table` sets every packed
+case against the same case unpacked (the cost of packing).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from bench.errors import first_line
 from bench.measure.timing import TimingSummary
 from bench.results.analysis import describe_layer
 from bench.results.store import CaseResult, MemoryResult, RunResult
-from gdn_cp.distributed import mode_order
+from bench.suite.config import PASS_TAGS, Case
+from bench.suite.documents import documents_tag
+from gdn_cp.distributed import DEFAULT_LAYOUT, mode_order
 
 
 def mixes_checkpoint(checkpoints: Iterable[bool | None]) -> bool:
@@ -32,6 +36,9 @@ class ReferenceRow:
     seq_len: int
     mode: str
     checkpoint: bool | None
+    layout: str = DEFAULT_LAYOUT
+    documents: str = "none"
+    """The documents' tag (`none`: unpacked)."""
     forward: TimingSummary | None = None
     forward_backward: TimingSummary | None = None
     memory: MemoryResult | None = None
@@ -50,6 +57,16 @@ class ReferenceTable:
         """Whether the table mixes summary checkpoint on and off (then it gets a column for it)."""
         return mixes_checkpoint(r.checkpoint for r in self.rows)
 
+    @property
+    def shows_layout(self) -> bool:
+        """Whether a row is in another layout than contiguous (then the table gets a column for it)."""
+        return any(r.layout != DEFAULT_LAYOUT for r in self.rows)
+
+    @property
+    def shows_documents(self) -> bool:
+        """Whether a row packs documents (then the table gets a column for them)."""
+        return any(r.documents != "none" for r in self.rows)
+
 
 def reference_tables(run: RunResult) -> list[ReferenceTable]:
     """Tables of the ok cases of `run`, by scenario (in file order) and cp (ascending)."""
@@ -60,9 +77,12 @@ def reference_tables(run: RunResult) -> list[ReferenceTable]:
             continue
         c = result.case
         table = tables.setdefault((c.scenario, c.cp), ReferenceTable(scenario=c.scenario, cp=c.cp))
-        key = (c.scenario, c.cp, c.seq_len, c.mode, c.checkpoint)
+        documents = documents_tag(c.documents)
+        key = (c.scenario, c.cp, c.seq_len, c.mode, c.checkpoint, c.layout, documents)
         if key not in rows:
-            rows[key] = ReferenceRow(seq_len=c.seq_len, mode=c.mode, checkpoint=c.checkpoint)
+            rows[key] = ReferenceRow(
+                seq_len=c.seq_len, mode=c.mode, checkpoint=c.checkpoint, layout=c.layout, documents=documents
+            )
             table.rows.append(rows[key])
         row = rows[key]
         if c.pass_ == "forward":
@@ -73,7 +93,7 @@ def reference_tables(run: RunResult) -> list[ReferenceTable]:
             row.memory, row.memory_pass = result.memory, c.pass_
     order = list(dict.fromkeys(c.case.scenario for c in run.cases))
     out = sorted(tables.values(), key=lambda t: (order.index(t.scenario), t.cp))
-    for t in out:
+    for t in out:  # stable: layouts and documents keep their order of first appearance
         t.rows.sort(key=lambda r: (r.seq_len, mode_order(r.mode), r.checkpoint is False))
     return out
 
@@ -194,18 +214,68 @@ def throughput_table(run: RunResult) -> TableData | None:
 
 def reference_table_data(table: ReferenceTable, run: RunResult) -> TableData:
     """One reference table as cells (what `bench show` prints and `bench report` renders): global seq | mode
-    | [summary ckpt] | forward median | forward+backward median | peak allocated."""
+    | [summary ckpt] | [layout] | [documents] | forward median | forward+backward median | peak allocated."""
     headers = ["global seq", "mode"] + (["summary ckpt"] if table.shows_checkpoint else [])
+    headers += (["layout"] if table.shows_layout else []) + (["documents"] if table.shows_documents else [])
     headers += ["forward median", "forward+backward median", "peak allocated"]
     rows = []
     for row in table.rows:
         cells = [format_tokens(row.seq_len), row.mode]
         if table.shows_checkpoint:
             cells.append(format_checkpoint(row.checkpoint))
+        if table.shows_layout:
+            cells.append(row.layout)
+        if table.shows_documents:
+            cells.append(row.documents)
         peak = format_mib(row.memory) + (" (fwd)" if row.memory_pass == "forward" else "")
         rows.append([*cells, format_ms(row.forward), format_ms(row.forward_backward), peak])
     dims = describe_layer(run.scenarios.get(table.scenario, {}))
     numeric = {0} | set(range(len(headers) - 3, len(headers)))
     return TableData(
         title=f"{table.scenario}: CP{table.cp} ({dims})", headers=headers, rows=rows, numeric=numeric
+    )
+
+
+def _unpacked_key(case: Case) -> tuple:
+    """What a packed case shares with its unpacked twin: everything but the documents."""
+    return (case.scenario, case.mode, case.checkpoint, case.cp, case.seq_len, case.layout, case.pass_)
+
+
+def documents_table(run: RunResult) -> TableData | None:
+    """Every ok packed case beside the same case unpacked (scenario, mode, checkpoint, cp, tokens, layout,
+    pass): both medians and packed / unpacked, the cost of restarting the state and the Conv1D at every
+    document. None when no packed case has an unpacked twin in the run."""
+    ok = [r for r in run.cases if r.status == "ok" and r.timing is not None]
+    unpacked = {_unpacked_key(r.case): r for r in ok if r.case.documents is None}
+    rows = []
+    for r in ok:
+        twin = unpacked.get(_unpacked_key(r.case))
+        if r.case.documents is None or twin is None:
+            continue
+        assert r.timing is not None and twin.timing is not None
+        c = r.case
+        rows.append(
+            [
+                c.scenario,
+                str(c.cp),
+                c.mode + ("" if c.checkpoint is not False else " (no ckpt)"),
+                c.layout,
+                documents_tag(c.documents),
+                PASS_TAGS[c.pass_],
+                format_ms(twin.timing),
+                format_ms(r.timing),
+                f"{r.timing.median_s / twin.timing.median_s:.2f}x",
+            ]
+        )
+    if not rows:
+        return None
+    return TableData(
+        title="packed documents vs the same tokens unpacked",
+        headers=[
+            *("scenario", "cp", "mode", "layout", "documents", "pass"),
+            *("unpacked median", "packed median", "packed/unpacked"),
+        ],
+        rows=rows,
+        numeric={1, 6, 7, 8},
+        notes=["packed/unpacked: the packed case's median over the unpacked one's (1.00x: packing is free)"],
     )

@@ -5,25 +5,25 @@ the file and, optionally, as a list of `sweeps`, each of which overrides some of
 scaling sweep over seq_len and a weak-scaling sweep over local_seq_len in one file). Every combination of
 the lists is one `Case`: one launch of `cp` ranks that times one pass of one mode.
 
-Each dataclass checks its own fields in `__post_init__` (types from the annotations, then ranges) and raises
-`FieldError("key", "problem; fix")`; bench.suite.loader adds the file and line. YAML keys are the field names,
-except that a trailing underscore (`pass_`, a Python keyword) is dropped: the YAML key is `pass`.
+Each dataclass checks its own fields in `__post_init__` (types from the annotations, bench.suite.fields, then
+ranges) and raises `FieldError("key", "problem; fix")`; bench.suite.loader adds the file and line. YAML keys
+are the field names, except that a trailing underscore (`pass_`, a Python keyword) is dropped: the YAML key
+is `pass`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args, get_origin
+from itertools import product
+from typing import Any, Literal, get_args
 
 from bench.errors import FieldError
+from bench.suite.documents import Documents, parse_documents
+from bench.suite.fields import check_fields, config_fields, require_positive, yaml_key, yaml_keys
 from bench.suite.thresholds import Bars, ThresholdSpec
 from gdn_cp import GatedDeltaNetConfig
-from gdn_cp.distributed import MODES, SUMMARY_MODES, ModeName
+from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, ModeName
 from gdn_cp.distributed.platform import DeviceKind
 from gdn_cp.dtypes import DTYPES, dtype_name, to_dtype
 
@@ -52,111 +52,6 @@ MODEL_KEYS: tuple[str, ...] = (
     "chunk_size",
 )
 """Scenario fields that are GatedDeltaNetConfig fields of the same name."""
-
-
-def yaml_key(field_name: str) -> str:
-    """The YAML spelling of a field: `pass_` -> `pass`."""
-    return field_name.rstrip("_")
-
-
-def config_fields(cls_or_obj: Any) -> tuple[dataclasses.Field, ...]:
-    """The fields of a config dataclass that a YAML file sets (not the ones derived in __post_init__)."""
-    return tuple(f for f in dataclasses.fields(cls_or_obj) if f.init)
-
-
-def yaml_keys(cls: type) -> dict[str, str]:
-    """YAML key -> field name, for the fields of a config dataclass."""
-    return {yaml_key(f.name): f.name for f in config_fields(cls)}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Type checking from annotations: one place, so every config reports a wrong type the same way.
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _describe(hint: Any) -> str:
-    origin = get_origin(hint)
-    if origin is Literal:
-        return "one of " + ", ".join(str(a) for a in get_args(hint))
-    if origin is list:
-        return f"a list of {_describe(get_args(hint)[0])}"
-    if origin in (typing.Union, types.UnionType):
-        parts = [_describe(a) for a in get_args(hint) if a is not type(None)]
-        return " or ".join([*parts, "null"] if type(None) in get_args(hint) else parts)
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
-        hint, getattr(hint, "__name__", str(hint))
-    )
-
-
-def _check_value(key: str, hint: Any, value: Any, expected: str | None = None) -> Any:
-    """`value` if it matches `hint` (ints are accepted for floats), else FieldError naming key and fix.
-
-    `expected` describes the declared type when `hint` is the inner type of an optional one."""
-    origin = get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        # `str | list[str]`: a list is checked as the list member, anything else as the other one
-        if len(inner) > 1:
-            lists = [a for a in inner if get_origin(a) is list]
-            others = [a for a in inner if get_origin(a) is not list]
-            if not (len(lists) == len(others) == 1):
-                raise TypeError(f"{key}: unsupported annotation {hint!r}")  # a programming error
-            inner = lists if isinstance(value, list) else others
-        return _check_value(key, inner[0], value, _describe(hint))
-    if origin is Literal:
-        choices = get_args(hint)
-        if not isinstance(value, str) or value not in choices:
-            raise FieldError(key, f"unknown {key} {value!r}; use one of {', '.join(choices)}")
-        return value
-    if origin is list:
-        (item,) = get_args(hint)
-        if not isinstance(value, list):
-            raise FieldError(
-                key, f"expected a list, got {value!r}; write a YAML list such as {key}: [{value}]"
-            )
-        return [_check_value(key, item, v) for v in value]
-    ok = {
-        bool: isinstance(value, bool),
-        int: isinstance(value, int) and not isinstance(value, bool),
-        float: isinstance(value, (int, float)) and not isinstance(value, bool),
-        str: isinstance(value, str),
-    }.get(hint)
-    if ok is None:
-        return value  # nested dataclasses are built and checked by their own __post_init__
-    if not ok:
-        raise FieldError(
-            key,
-            f"expected {expected or _describe(hint)}, got {value!r} ({type(value).__name__}); fix the value",
-        )
-    if hint is float and not math.isfinite(value):
-        raise FieldError(
-            key, f"expected a finite number, got {value!r}; write a plain number (not .nan or .inf)"
-        )
-    return float(value) if hint is float else value
-
-
-def check_fields(obj: Any) -> None:
-    """Check every field of a config dataclass against its annotation (converting int -> float)."""
-    hints = _hints(type(obj))
-    for f in config_fields(obj):
-        value = _check_value(yaml_key(f.name), hints[f.name], getattr(obj, f.name))
-        object.__setattr__(obj, f.name, value)
-
-
-def _require_positive(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        values = value if isinstance(value, list) else [value]
-        bad = [v for v in values if v is not None and v <= 0]
-        if bad:
-            raise FieldError(yaml_key(name), f"must be positive, got {bad[0]!r}; use an integer >= 1")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -191,7 +86,7 @@ class SuiteConfig:
         check_fields(self)
         if self.warmup < 0:
             raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
-        _require_positive(self, "repeat", "threads_per_rank")
+        require_positive(self, "repeat", "threads_per_rank")
         if self.timeout_s <= 0:
             raise FieldError("timeout_s", f"must be > 0 seconds, got {self.timeout_s}; e.g. timeout_s: 600")
 
@@ -215,15 +110,25 @@ class Sweep:
     """Summary checkpoint on/off (p2p and all_gather only; ulysses runs once); default [true]."""
     pass_: list[Pass] | None = None
     """Passes to time (YAML key `pass`); default [forward, forward_backward]."""
+    layout: list[Layout] | None = None
+    """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS): contiguous (rank r holds the
+    r-th slice) and/or zigzag (pieces r and 2 cp - 1 - r of 2 cp); default [contiguous]."""
+    documents: list[Documents | None] | Documents | None = None
+    """Packed documents (bench.suite.documents): a list of mappings such as {count: 64, lengths: lognormal}
+    and/or null (one unpacked sequence), e.g. [null, {count: 64, lengths: lognormal}] to compare both; a
+    single mapping means a list of it; default [null]. Packing needs batch 1."""
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.documents is not None:
+            entries = self.documents if isinstance(self.documents, list) else [self.documents]
+            self.documents = [parse_documents(d) for d in entries]
         for f in dataclasses.fields(self):
             if getattr(self, f.name) == []:
                 raise FieldError(
                     yaml_key(f.name), "the list is empty; give at least one value or remove the key"
                 )
-        _require_positive(self, "cp", "seq_len", "local_seq_len")
+        require_positive(self, "cp", "seq_len", "local_seq_len")
         if self.seq_len is not None and self.local_seq_len is not None:
             raise FieldError(
                 "local_seq_len",
@@ -244,8 +149,15 @@ class Sweep:
         return self.seq_len is not None or self.local_seq_len is not None
 
 
-DEFAULT_SWEEP = Sweep(mode=list(MODES), checkpoint=[True], pass_=list(get_args(Pass)))
-"""What a scenario sweeps when it does not say: every mode, checkpoint on, both passes."""
+DEFAULT_SWEEP = Sweep(
+    mode=list(MODES),
+    checkpoint=[True],
+    pass_=list(get_args(Pass)),
+    layout=[DEFAULT_LAYOUT],
+    documents=[None],
+)
+"""What a scenario sweeps when it does not say: every mode, checkpoint on, both passes, the contiguous
+layout, one unpacked sequence."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -290,8 +202,8 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        _require_positive(self, "steps", "vocab_size", "intermediate_size", "num_attention_heads")
-        _require_positive(self, "num_key_value_heads", "head_dim")
+        require_positive(self, "steps", "vocab_size", "intermediate_size", "num_attention_heads")
+        require_positive(self, "num_key_value_heads", "head_dim")
         if self.lr <= 0:
             raise FieldError("lr", f"must be > 0, got {self.lr}; e.g. lr: 1.0e-4")
         if self.weight_decay < 0:
@@ -364,7 +276,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        _require_positive(self, *MODEL_KEYS, "batch", "repeat")
+        require_positive(self, *MODEL_KEYS, "batch", "repeat")
         if self.warmup is not None and self.warmup < 0:
             raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
         if self.num_v_heads % self.num_k_heads:
@@ -396,6 +308,24 @@ class Scenario:
                     "no sequence lengths to sweep; add seq_len: [...] (global tokens; strong scaling) or "
                     "local_seq_len: [...] (tokens per rank; weak scaling)",
                 )
+            self._check_documents(sweep)
+
+    def _check_documents(self, sweep: Sweep) -> None:
+        """FieldError when a sweep packs documents into a batch of several sequences, or more documents
+        than a sequence of its has tokens."""
+        packed = [d for d in sweep.documents or () if d is not None]
+        if packed and self.batch != 1:
+            raise FieldError(
+                "batch",
+                f"documents pack one sequence (the layer's cu_seqlens needs batch 1), got batch "
+                f"{self.batch}; use batch: 1 (the documents are the batch), or documents: [null]",
+            )
+        lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or () for cp in sweep.cp or ()]
+        for documents in packed:
+            try:
+                documents.check(min(lengths))
+            except FieldError as exc:
+                raise FieldError("documents", f"{exc.key}: {exc.message}") from None
 
     def effective_sweeps(self) -> list[Sweep]:
         """Each sweep with the top level and the defaults filled in."""
@@ -420,8 +350,9 @@ class Scenario:
         """Every combination of every sweep, duplicates removed (first occurrence kept), in sweep order.
 
         `warmup`/`repeat` are the suite's; the scenario's own values win. Checkpoint only matters for p2p
-        and all_gather: ulysses gets one case with checkpoint None whatever the list says. A list of dtypes
-        is the outermost loop of every sweep.
+        and all_gather: ulysses gets one case with checkpoint None whatever the list says; likewise the
+        layout only matters at cp > 1 (cp 1 runs once, contiguous). A list of dtypes is the outermost loop
+        of every sweep; per point the order is checkpoint, layout, documents, pass.
         """
         common = {k: getattr(self, k) for k in MODEL_KEYS}
         common.update(
@@ -434,24 +365,29 @@ class Scenario:
         )
         out: dict[str, Case] = {}
         for sweep in self.effective_sweeps():
-            assert sweep.cp and sweep.mode and sweep.checkpoint and sweep.pass_  # filled by __post_init__
-            for dtype in self.dtypes:
-                for cp in sweep.cp:
-                    lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or ()]
-                    for seq_len in lengths:
-                        for mode in sweep.mode:
-                            for ckpt in sweep.checkpoint if mode in SUMMARY_MODES else [None]:
-                                for pass_ in sweep.pass_:
-                                    case = Case(
-                                        mode=mode,
-                                        checkpoint=ckpt,
-                                        cp=cp,
-                                        seq_len=seq_len,
-                                        pass_=pass_,
-                                        dtype=dtype,
-                                        **common,
-                                    )
-                                    out.setdefault(case.case_id, case)
+            # filled by __post_init__ and DEFAULT_SWEEP
+            assert sweep.cp and sweep.mode and sweep.checkpoint and sweep.pass_ and sweep.layout
+            assert isinstance(sweep.documents, list)
+            for dtype, cp in product(self.dtypes, sweep.cp):
+                lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or ()]
+                for seq_len, mode in product(lengths, sweep.mode):
+                    checkpoints = sweep.checkpoint if mode in SUMMARY_MODES else [None]
+                    # one rank holds zigzag's two pieces in order: at cp 1 it is the contiguous layout
+                    layouts = sweep.layout if cp > 1 else [DEFAULT_LAYOUT]
+                    inputs = product(checkpoints, layouts, sweep.documents, sweep.pass_)
+                    for ckpt, layout, documents, pass_ in inputs:
+                        case = Case(
+                            mode=mode,
+                            checkpoint=ckpt,
+                            cp=cp,
+                            seq_len=seq_len,
+                            pass_=pass_,
+                            dtype=dtype,
+                            layout=layout,
+                            documents=documents,
+                            **common,
+                        )
+                        out.setdefault(case.case_id, case)
         return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
@@ -507,9 +443,25 @@ class Case:
     """Timed passes."""
     dtype_in_id: bool = False
     """The scenario sweeps several dtypes, so the case id ends with the dtype (`...-fwd_bwd-bf16`)."""
+    layout: Layout = DEFAULT_LAYOUT
+    """How the sequence is cut over the ranks: contiguous, or zigzag (pieces r and 2 cp - 1 - r of 2 cp)."""
+    documents: Documents | None = None
+    """Packed documents (bench.suite.documents; their global boundaries are the layer's cu_seqlens), or
+    null: unpacked sequences."""
 
     def __post_init__(self) -> None:
+        # from_dict hands the stored mapping; Scenario.cases a Documents
+        object.__setattr__(self, "documents", parse_documents(self.documents))
         check_fields(self)
+        if self.documents is not None:
+            if self.batch != 1:
+                raise FieldError(
+                    "batch", f"documents pack one sequence (cu_seqlens needs batch 1), got batch {self.batch}"
+                )
+            try:
+                self.documents.check(self.seq_len)
+            except FieldError as exc:
+                raise FieldError("documents", f"{exc.key}: {exc.message}") from None
 
     @property
     def local_seq_len(self) -> int:
@@ -518,10 +470,23 @@ class Case:
     @property
     def case_id(self) -> str:
         """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`; with a dtype
-        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`."""
+        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`; the zigzag layout and packed documents add their tags
+        after the length, `p2p-ckpt-cp4-T32768-zigzag-docs64-lognormal-fwd_bwd` (the ids of cases in the
+        contiguous layout without documents are what they always were)."""
         ckpt = "" if self.checkpoint is None else ("-ckpt" if self.checkpoint else "-nockpt")
         dtype = f"-{dtype_name(to_dtype(self.dtype))}" if self.dtype_in_id else ""
-        return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}-{PASS_TAGS[self.pass_]}{dtype}"
+        return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}{self.input_tag}-{PASS_TAGS[self.pass_]}{dtype}"
+
+    @property
+    def input_tag(self) -> str:
+        """The case id's part for the layout and documents: "" (contiguous, unpacked), `-zigzag`,
+        `-docs64-lognormal`, `-zigzag-docs64-lognormal`."""
+        layout = "" if self.layout == DEFAULT_LAYOUT else f"-{self.layout}"
+        return layout + ("" if self.documents is None else f"-{self.documents.tag}")
+
+    def cu_seqlens(self) -> list[int] | None:
+        """The global document boundaries [0, ..., seq_len] the layer takes, or None (unpacked)."""
+        return None if self.documents is None else self.documents.bounds(self.seq_len)
 
     def key(self) -> str:
         """Identity across runs (resume, compare): scenario and case id."""
@@ -534,6 +499,7 @@ class Case:
         """JSON form with YAML key names (`pass`), plus the derived case_id and local_seq_len."""
         out = {"case_id": self.case_id}
         out.update({yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)})
+        out["documents"] = None if self.documents is None else self.documents.to_dict()
         out["local_seq_len"] = self.local_seq_len
         return out
 

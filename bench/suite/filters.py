@@ -5,7 +5,7 @@ cases that match any of them (OR). A term is
     field=pattern    a case field, with shell-style wildcards: mode=p2p, cp=2, seq_len=4*, pass=forward
     pattern          a wildcard on the case id: *cp4*, p2p-ckpt-*-fwd_bwd
 Fields: case_id, scenario, mode, checkpoint (true, false, or none for ulysses), cp, seq_len, local_seq_len,
-pass, dtype, batch.
+pass, dtype, batch, layout, documents (the case id's tag, e.g. docs64-lognormal, or none).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from bench.errors import UserError, suggest
 from bench.suite.config import Case
+from bench.suite.documents import documents_tag
 
 FILTER_FIELDS = (
     "case_id",
@@ -28,10 +29,14 @@ FILTER_FIELDS = (
     "pass",
     "dtype",
     "batch",
+    "layout",
+    "documents",
 )
 
 
 def _field_text(case: Case, name: str) -> str:
+    if name == "documents":
+        return documents_tag(case.documents)
     value = case.to_dict()[name]
     if isinstance(value, bool) or value is None:
         return str(value).lower()  # true, false, none: as YAML spells them

@@ -1,4 +1,6 @@
-"""What every rank of a `bench verify` case runs: gdn_cp.accuracy.compare_layer_under_cp, once per seed.
+"""What every rank of a `bench verify` case runs: gdn_cp.accuracy.compare_layer_under_cp, once per seed, in
+the case's layout and, with packed documents, against the single-device layer run on each document on its
+own (outputs concatenated, gradients of the concatenation).
 
 Runs inside the case's process group (a `run_on_ranks` launch of `cp` ranks, or a torchrun job of cp ranks);
 every rank returns the same comparisons (rank 0 computes them against the full-sequence reference it runs).
@@ -25,7 +27,8 @@ def compare_on_rank(
     """The case's CP layer against the reference, once per seed (forward and backward), on this rank.
 
     Args:
-        case: mode, checkpoint, cp (the group's size), seq_len, batch, dtype and the layer's dims
+        case: mode, checkpoint, cp (the group's size), seq_len, batch, dtype, layout, documents and the
+            layer's dims
         device_kind: the launch's device (cpu, cuda, npu)
         seeds: seeds of weights, input and output gradient
         layer_hook: a test hook (see LayerHook)
@@ -44,6 +47,8 @@ def compare_on_rank(
             seed=seed,
             device=device,
             layer_hook=layer_hook,
+            layout=case.layout,
+            documents=case.cu_seqlens(),
         )
         for seed in seeds
     ]

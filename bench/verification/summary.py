@@ -1,7 +1,8 @@
 """Verification records arranged like the reference PR's accuracy tables (sections 1 and 2), as numbers.
 
-- `layer_groups`: one group per scenario, CP degree, dtype, sequence length and batch; one `LayerRow` per case
-  with each metric's maximum over the case's seeds (the reference PR's per-mode table).
+- `layer_groups`: one group per scenario, CP degree, dtype, sequence length, batch, layout and documents;
+  one `LayerRow` per case with each metric's maximum over the case's seeds (the reference PR's per-mode
+  table).
 - `sweep_rows`: over every case and seed of a group, each metric's maximum against its bar, with the margin
   bar / maximum (the PR's 100-seed table), and `smallest_reference_gradient`: which parameter had the
   smallest reference gradient (max-abs and L2 norm), the denominators of the relative errors.
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 
 from bench.results.tables import mixes_checkpoint
 from bench.results.verifications import LayerVerification, TrainVerification, Verification
+from bench.suite.documents import documents_tag
 from gdn_cp.accuracy import LayerComparison, Thresholds
-from gdn_cp.distributed import mode_order
+from gdn_cp.distributed import DEFAULT_LAYOUT, mode_order
 
 
 def _case_order(record: Verification) -> tuple:
@@ -33,11 +35,22 @@ class GroupKey:
     dtype: str
     seq_len: int
     batch: int
+    layout: str = DEFAULT_LAYOUT
+    documents: str = "none"
+    """The documents' tag (bench.suite.documents.documents_tag): `none`, or e.g. `docs64-lognormal`."""
 
 
 def _key(record: Verification) -> GroupKey:
     c = record.case
-    return GroupKey(scenario=c.scenario, cp=c.cp, dtype=c.dtype, seq_len=c.seq_len, batch=c.batch)
+    return GroupKey(
+        scenario=c.scenario,
+        cp=c.cp,
+        dtype=c.dtype,
+        seq_len=c.seq_len,
+        batch=c.batch,
+        layout=c.layout,
+        documents=documents_tag(c.documents),
+    )
 
 
 @dataclass(kw_only=True, slots=True)

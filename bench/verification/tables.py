@@ -1,10 +1,11 @@
 """Verification tables, built once as plain cells (bench.results.tables.TableData) and rendered twice: rich
 (the terminal: `print_tables`) and report blocks (bench.render.document.document_blocks).
 
-Per layer group (scenario, CP degree, dtype, sequence length): the PR's table, mode | output max abs |
-input-grad max abs | input-grad rel-L2 | worst param (name) rel-L2 | grad-norm rel diff | pass, each cell the
-maximum over the case's seeds, and the failing metrics by name. With several seeds also the PR's sweep
-table, metric | N-seed maximum | threshold | margin, and which parameter had the smallest reference gradient.
+Per layer group (scenario, CP degree, dtype, sequence length, layout, documents): the PR's table, mode |
+output max abs | input-grad max abs | input-grad rel-L2 | worst param (name) rel-L2 | grad-norm rel diff |
+pass, each cell the maximum over the case's seeds, and the failing metrics by name. With several seeds also
+the PR's sweep table, metric | N-seed maximum | threshold | margin, and which parameter had the smallest
+reference gradient.
 Per trajectory group: mode | max loss abs | max loss rel | max grad-norm abs | max grad-norm rel | error
 growth | pass, whether the initial weights were identical, and per step (short runs) both models' numbers.
 """
@@ -27,6 +28,7 @@ from bench.verification.summary import (
     train_groups,
 )
 from gdn_cp.accuracy import TrainThresholds
+from gdn_cp.distributed import DEFAULT_LAYOUT
 
 MAX_LISTED_FAILURES = 6
 """Failing metrics listed per case and seed; the rest are counted."""
@@ -53,7 +55,10 @@ def _dims(key: GroupKey, record: Verification) -> str:
 
 
 def _short(key: GroupKey) -> str:
-    return f"{key.scenario}: CP{key.cp}, {key.dtype}, global seq {format_tokens(key.seq_len)}"
+    layout = "" if key.layout == DEFAULT_LAYOUT else f", {key.layout} layout"
+    documents = "" if key.documents == "none" else f", {key.documents}"
+    seq = format_tokens(key.seq_len)
+    return f"{key.scenario}: CP{key.cp}, {key.dtype}, global seq {seq}{layout}{documents}"
 
 
 def _verdict(passed: bool) -> str:

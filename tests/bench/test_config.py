@@ -52,7 +52,11 @@ def test_expansion_full_product_with_single_ulysses_case():
         "all_gather-ckpt-cp1-T128-fwd_bwd",
         "all_gather-nockpt-cp1-T128-fwd",
         "all_gather-nockpt-cp1-T128-fwd_bwd",
-        *[i.replace("cp1", "cp2") for i in got[:10]],
+        "scan-ckpt-cp1-T128-fwd",
+        "scan-ckpt-cp1-T128-fwd_bwd",
+        "scan-nockpt-cp1-T128-fwd",
+        "scan-nockpt-cp1-T128-fwd_bwd",
+        *[i.replace("cp1", "cp2") for i in got[:14]],
     ]
     ulysses = [c for c in s.cases(warmup=3, repeat=10) if c.mode == "ulysses"]
     assert {c.checkpoint for c in ulysses} == {None}
@@ -66,6 +70,8 @@ def test_defaults_every_mode_checkpoint_on_both_passes():
         "p2p-ckpt-cp4-T32768-fwd_bwd",
         "all_gather-ckpt-cp4-T32768-fwd",
         "all_gather-ckpt-cp4-T32768-fwd_bwd",
+        "scan-ckpt-cp4-T32768-fwd",
+        "scan-ckpt-cp4-T32768-fwd_bwd",
     ]
 
 

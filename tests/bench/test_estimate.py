@@ -12,6 +12,7 @@ from bench.launch.estimate import (
     estimate_peak_bytes,
     host_available_bytes,
     human_bytes,
+    padded_tokens,
     parameter_count,
 )
 from bench.suite.config import Case, Scenario, Sweep
@@ -21,6 +22,7 @@ from gdn_cp.layers import GatedDeltaNet
 
 def case(**kw) -> Case:
     base = {"cp": [2], "seq_len": [4096], "mode": ["p2p"], "checkpoint": [True], "pass_": ["forward"]}
+    base |= {"layout": ["contiguous"], "documents": [None]}
     sweep = Sweep(**{**base, **{k: v for k, v in kw.items() if k in base}})
     model = {"hidden_size": 256, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 32, "head_v_dim": 32}
     model.update({k: v for k, v in kw.items() if k not in base})
@@ -85,3 +87,27 @@ def test_estimate_counts_padding_to_whole_chunks_and_their_c_by_c_matrices():
 
     assert local(4097) - local(4096) >= 64 * ACTIVATION_FACTOR * 4 * 4 * (3 * 32 + 32 + 64)
     assert local(4096) - local(4095) < (local(4097) - local(4096)) / 10  # no new chunk: one token more
+
+
+def test_zigzag_all_gather_holds_a_summary_per_piece():
+    # pieces of 1024 tokens are whole chunks, so only the held summaries differ: cp more [S | M] of
+    # Hv x K x (K + V) fp32 elements (zigzag holds 2 cp, contiguous cp)
+    gathered = {
+        layout: estimate_peak_bytes(case(mode=["all_gather"], layout=[layout]))
+        for layout in ("contiguous", "zigzag")
+    }
+    assert gathered["zigzag"] - gathered["contiguous"] == 2 * 4 * (4 * 32 * 64)
+    assert estimate_peak_bytes(case(layout=["zigzag"])) == estimate_peak_bytes(case())  # p2p holds none
+
+
+def test_zigzag_pads_each_piece_and_documents_pad_nothing():
+    # 100 tokens per rank in chunks of 64: contiguous pads to 128; zigzag's two pieces of 50 pad to 64 each
+    assert padded_tokens(case(seq_len=[200])) == 128
+    assert padded_tokens(case(seq_len=[200], layout=["zigzag"])) == 2 * 64
+    # 132 tokens per rank: 3 chunks contiguous, but zigzag's pieces of 66 take 2 chunks each
+    assert padded_tokens(case(seq_len=[264])) == 3 * 64
+    assert padded_tokens(case(seq_len=[264], layout=["zigzag"])) == 4 * 64
+    # documents without states share chunks (resets masked inside them): the same estimate as unpacked
+    packed = case(documents=[{"count": 64, "lengths": "lognormal"}])
+    assert padded_tokens(packed) == padded_tokens(case())
+    assert estimate_peak_bytes(packed) == estimate_peak_bytes(case())

@@ -24,7 +24,8 @@ def chosen(*exprs: str) -> list[str]:
 
 
 def test_no_filter_keeps_everything():
-    assert len(chosen()) == len(CASES) == 40
+    # 8 points x (ulysses, and p2p / all_gather / scan with checkpoint on and off)
+    assert len(chosen()) == len(CASES) == 56
 
 
 def test_fields_are_anded():
@@ -47,6 +48,8 @@ def test_wildcards_and_bare_case_id_patterns():
         "p2p-nockpt-cp2-T128-fwd_bwd",
         "all_gather-ckpt-cp2-T128-fwd_bwd",
         "all_gather-nockpt-cp2-T128-fwd_bwd",
+        "scan-ckpt-cp2-T128-fwd_bwd",
+        "scan-nockpt-cp2-T128-fwd_bwd",
     ]
 
 

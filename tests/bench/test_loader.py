@@ -54,7 +54,7 @@ def check(write_scenario, text: str, sets: list[str] | None = None, **kwargs):
 
 def test_valid_base_loads(write_scenario):
     s = load(write_scenario, BASE)
-    assert s.name == "s" and len(s.cases(warmup=1, repeat=1)) == 12
+    assert s.name == "s" and len(s.cases(warmup=1, repeat=1)) == 16  # 2 lengths x 2 passes x 4 modes
 
 
 def test_malformed_yaml_names_the_line(write_scenario):
@@ -206,7 +206,7 @@ def test_set_errors_name_the_flag(write_scenario):
     msg = error_of(load, write_scenario, BASE, ["mode=[ring]"])
     assert (
         msg == "scenarios/s.yaml (--set mode=[ring]): mode: unknown mode 'ring'; use one of ulysses, p2p, "
-        "all_gather"
+        "all_gather, scan"
     )
     msg = error_of(check, write_scenario, BASE, ["cp=[3]"])
     assert msg.startswith("scenarios/s.yaml (--set cp=[3]): cp: case ulysses-cp3-T128-fwd:")
@@ -333,3 +333,69 @@ def test_an_absurd_chunk_size_is_refused_by_the_memory_estimate(write_scenario, 
     assert msg.endswith("use a chunk_size of at most 128")
     # a chunk a little larger than the shard is allowed when it fits
     check(write_scenario, BASE + "chunk_size: 256\n", platform=resolve_platform("cpu"))
+
+
+# layouts and packed documents
+
+
+def test_documents_and_layout_load_from_yaml(write_scenario):
+    text = BASE + "layout: [contiguous, zigzag]\ndocuments: [null, {count: 4, lengths: lognormal, seed: 1}]\n"
+    cases = load(write_scenario, text).cases(warmup=1, repeat=1)
+    packed = [c for c in cases if c.documents is not None]
+    assert {c.documents.tag for c in packed} == {"docs4-lognormal-seed1"}
+    assert {c.layout for c in cases if c.cp == 2} == {"contiguous", "zigzag"}
+    assert "ulysses-cp2-T128-zigzag-docs4-lognormal-seed1-fwd" in {c.case_id for c in cases}
+    # a single mapping is a list of it, from the top level, a sub-sweep or --set
+    (single,) = {
+        c.documents for c in load(write_scenario, BASE + "documents: {count: 2}\n").cases(warmup=1, repeat=1)
+    }
+    assert single.count == 2
+    overridden = load(write_scenario, text, ["documents={count: 3, lengths: uniform}", "layout=[zigzag]"])
+    cases = overridden.cases(warmup=1, repeat=1)
+    assert {c.documents.tag for c in cases} == {"docs3-uniform"} and {
+        c.layout for c in cases if c.cp == 2
+    } == {"zigzag"}
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("layout: [ring]", "layout: unknown layout 'ring'; use one of contiguous, zigzag"),
+        ("documents: {count: 0}", "documents: count: must be >= 1, got 0; e.g. count: 64"),
+        (
+            "documents: [{count: 4, lenghts: fixed}]",
+            "documents: lenghts: unknown key; did you mean 'lengths'?",
+        ),
+        ("documents: [{count: 4, lengths: zipf}]", "documents: lengths: unknown lengths 'zipf'; use one of"),
+        ("documents: {lengths: fixed}", "documents: count: required but missing"),
+        ("documents: [64]", "documents: expected a mapping such as {count: 64, lengths: lognormal, seed: 0}"),
+        (
+            "documents: [{count: 129}]",
+            "documents: count: 129 documents do not fit in a sequence of 128 tokens",
+        ),
+    ],
+)
+def test_documents_and_layout_errors_name_file_line_key_and_fix(write_scenario, line, expected):
+    msg = error_of(load, write_scenario, BASE + line + "\n")
+    assert msg.startswith("scenarios/s.yaml:8: ") and expected in msg, msg
+
+
+def test_documents_in_a_sub_sweep_name_the_entry(write_scenario):
+    msg = error_of(load, write_scenario, BASE + "sweeps:\n  - documents: [{count: 0}]\n")
+    assert msg.startswith("scenarios/s.yaml:9: sweeps[0].documents: count: must be >= 1"), msg
+
+
+def test_documents_with_a_batch_name_batch(write_scenario):
+    msg = error_of(load, write_scenario, BASE + "batch: 2\ndocuments: [null, {count: 4}]\n")
+    assert msg.startswith("scenarios/s.yaml:8: batch: documents pack one sequence"), msg
+    assert "use batch: 1" in msg
+
+
+def test_zigzag_needs_a_length_that_splits_into_two_pieces_per_rank(write_scenario):
+    text = BASE.replace("seq_len: [128]", "seq_len: [130]") + "layout: [zigzag]\nmode: [p2p]\n"
+    msg = error_of(check, write_scenario, text)
+    assert msg.startswith(
+        "scenarios/s.yaml:7: seq_len: case p2p-ckpt-cp2-T130-zigzag-fwd: layout='zigzag'"
+    ), msg
+    assert "does not divide by 4" in msg and "use layout='contiguous'" in msg
+    check(write_scenario, text.replace("layout: [zigzag]", "layout: [contiguous]"))  # 130 splits over 2

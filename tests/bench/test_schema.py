@@ -11,6 +11,7 @@ import pytest
 
 from bench.results.schema import result_schema, schema_text, validate
 from bench.results.store import load_result
+from gdn_cp.distributed import MODES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "docs" / "result-schema.json"
@@ -39,7 +40,7 @@ def test_the_schema_describes_fields_and_the_layout():
     assert run["properties"]["schema_version"]["const"] == 1
     case = defs["Case"]["properties"]
     assert "pass" in case and "pass_" not in case and case["local_seq_len"]["type"] == "integer"
-    assert case["mode"]["enum"] == ["ulysses", "p2p", "all_gather"]
+    assert case["mode"]["enum"] == list(MODES)
     assert defs["CaseResult"]["properties"]["params"] == {
         "description": "The case as it ran (its full configuration; `params` in the file).",
         "$ref": "#/$defs/Case",

@@ -23,3 +23,20 @@ def skew_later_ranks(layer: GatedDeltaNet) -> None:
     would: the gathered output, the input gradient and the parameter gradients all disagree with the
     reference."""
     layer.register_forward_hook(_skew_later_ranks)
+
+
+def _without_documents(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    return args, {**kwargs, "cu_seqlens": None}
+
+
+def ignore_documents(layer: GatedDeltaNet) -> None:
+    """The CP layer runs packed documents as one sequence (the state and the Conv1D flow across every
+    boundary), as a mode that dropped cu_seqlens would: only a per-document reference can tell."""
+    layer.register_forward_pre_hook(_without_documents, with_kwargs=True)
+
+
+def ignore_layout(layer: GatedDeltaNet) -> None:
+    """The CP layer reads its zigzag shard as a contiguous one (its two pieces as one slice), as a mode that
+    ignored its layout would."""
+    executor = layer.context_parallel
+    layer.context_parallel = type(executor)(executor.group, executor.checkpoint_summary, "contiguous")
