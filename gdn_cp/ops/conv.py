@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
 
 from gdn_cp.dtypes import accumulation_dtype
-from gdn_cp.ops.documents import document_bounds, document_positions
+from gdn_cp.ops.documents import document_bounds
 
 
 def causal_conv1d(
@@ -41,43 +42,42 @@ def causal_conv1d(
         raise ValueError(f"causal_conv1d: x has {x.shape[-1]} channels but weight has {D}")
     if activation not in ("silu", None):
         raise ValueError(f"causal_conv1d: activation must be 'silu' or None, got {activation!r}")
-    left = W - 1
-    if halo is not None:
-        if halo.shape[1] > left:
-            raise ValueError(f"causal_conv1d: halo has {halo.shape[1]} tokens, at most W-1 = {left} are used")
-        x_ext = torch.cat([halo.to(x.dtype), x], dim=1)
-        left -= halo.shape[1]
-    else:
-        x_ext = x
-    # [B, D, T] for conv1d; the remaining left context is zero padding, as at a sequence start.
-    xc = F.pad(x_ext.transpose(1, 2).to(weight.dtype), (left, 0))
+    if halo is not None and halo.shape[1] > W - 1:
+        raise ValueError(f"causal_conv1d: halo has {halo.shape[1]} tokens, at most W-1 = {W - 1} are used")
+    x_ext = x if halo is None else torch.cat([halo.to(x.dtype), x], dim=1)
+    left = W - 1 - (0 if halo is None else halo.shape[1])
     bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, x.shape[1])
-    if bounds is None or len(bounds) == 2:
-        out = F.conv1d(xc, weight.unsqueeze(1), groups=D)
-    else:
-        out = _conv_within_documents(xc, weight, bounds, W - 1 - left)
+    packed = bounds is not None and len(bounds) > 2
+    # Packed: the correction below is exact only before rounding, so bf16 convolves in fp32 and rounds once
+    # (what bf16 conv1d does inside).
+    dtype = accumulation_dtype(weight.dtype) if packed else weight.dtype
+    # [B, D, T] for conv1d; the remaining left context is zero padding, as at a sequence start.
+    xc = F.pad(x_ext.transpose(1, 2).to(dtype), (left, 0))
+    out = F.conv1d(xc, weight.to(dtype).unsqueeze(1), groups=D)
+    if packed:
+        out = _drop_cross_document_taps(out, xc, weight.to(dtype), bounds).to(weight.dtype)
     if activation == "silu":
         out = F.silu(out)
     return out.transpose(1, 2).to(x.dtype)
 
 
-def _conv_within_documents(
-    xc: torch.Tensor, weight: torch.Tensor, bounds: list[int], halo: int
+def _drop_cross_document_taps(
+    out: torch.Tensor, xc: torch.Tensor, weight: torch.Tensor, bounds: list[int]
 ) -> torch.Tensor:
-    """The depthwise convolution tap by tap, each tap masked where it would reach before the token's document.
-
-    xc [B, D, W - 1 + T] (left context included), weight [D, W]; `halo` real tokens of context precede the
-    first document. Returns [B, D, T].
-    """
-    weight_dtype = weight.dtype
-    W, T = weight.shape[1], xc.shape[-1] - weight.shape[1] + 1
-    seen = document_positions(bounds, xc.device)  # earlier tokens of its document each token may see
-    seen[: bounds[1]] += halo
-    # Accumulated in fp32 (fp64 stays) and rounded once, as F.conv1d does: bf16 taps would round W times.
-    acc = accumulation_dtype(xc.dtype)
-    xc, weight = xc.to(acc), weight.to(acc)
-    out = xc[..., W - 1 :] * weight[:, W - 1, None]
-    for back in range(1, W):  # tap W-1-back reads the token `back` steps before
-        tap = xc[..., W - 1 - back : W - 1 - back + T] * weight[:, W - 1 - back, None]
-        out = out + tap * (seen >= back).to(acc)
-    return out.to(weight_dtype)
+    """The convolution `out` [B, D, T] of the whole sequence `xc` [B, D, W - 1 + T] (left context
+    included), less every tap that reaches before its token's document: only the first W - 1 tokens of each
+    document after the first have such taps, (n - 1)(W - 1) positions in all, so this touches those alone."""
+    W = weight.shape[1]
+    device = out.device
+    # Token t = s + i of a document starting at s (i < W - 1) reads xc[t + j] through tap j; taps with
+    # j < W - 1 - i reach before s.
+    hits = [(s + i, i) for s, end in pairwise(bounds[1:]) for i in range(min(W - 1, end - s))]
+    at = torch.tensor([t for t, _ in hits], device=device)
+    inside = torch.tensor([i for _, i in hits], device=device)
+    taps = torch.arange(W, device=device)
+    window = xc[:, :, at[:, None] + taps]  # [B, D, m, W]
+    crossing = (taps[None, :] < W - 1 - inside[:, None]).to(xc.dtype)  # [m, W]
+    wrong = (window * weight[:, None, :] * crossing).sum(-1)  # [B, D, m]
+    # In place: conv1d's backward reads its inputs, not its output.
+    out[:, :, at] -= wrong
+    return out
