@@ -33,7 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.commands import common_args
-from bench.console import case_progress, print_warning
+from bench.console import CaseProgress, print_warning
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch import interleave
@@ -196,23 +196,16 @@ def _run_refs(
             + (", alternating case by case" if len(checkouts) > 1 else "")
             + f"; results in {escape(display(folder))}"
         )
-        progress = case_progress(console)
-        task = progress.add_task("", total=len(staged.plan) * len(checkouts))
         try:
-            with progress:
+            with CaseProgress(console, len(staged.plan) * len(checkouts)) as progress:
                 interleave.run_alternating(
                     checkouts,
                     staged,
                     sets=sets,
                     device=device,
                     runner=runner,
-                    on_start=lambda c, p: progress.update(
-                        task, description=escape(f"{c.name} {p.case.key()}")
-                    ),
-                    on_done=lambda c, r: (
-                        progress.console.print(f"{c.name:<4} " + case_line(r)),
-                        progress.advance(task),
-                    ),
+                    on_start=lambda c, p: progress.start(f"{c.name} {p.case.key()}"),
+                    on_done=lambda c, r: progress.done(f"{escape(c.name):<4} " + case_line(r)),
                 )
         except KeyboardInterrupt:
             kept = [str(display(o)) for o in outputs if o.exists()]

@@ -26,7 +26,7 @@ from bench.commands.session import (
     run_environment,
 )
 from bench.commands.verify import is_verification_run
-from bench.console import case_progress
+from bench.console import CaseProgress
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.launcher import (
@@ -292,13 +292,11 @@ def _run_with_progress(
     console: Console,
 ) -> list[CaseResult]:
     """Run the cases under a progress bar, one status line per finished case."""
-    progress = case_progress(console)
-    task = progress.add_task("", total=len(cases))
-    with launcher.group(), progress:
+    with launcher.group(), CaseProgress(console, len(cases)) as progress:
         return run_cases(
             cases,
             launcher,
             writer,
-            on_start=lambda c: progress.update(task, description=escape(c.key())),
-            on_done=lambda r: (progress.console.print(case_line(r)), progress.advance(task)),
+            on_start=lambda c: progress.start(c.key()),
+            on_done=lambda r: progress.done(case_line(r)),
         )

@@ -32,7 +32,7 @@ from rich.markup import escape
 
 from bench.commands import common_args
 from bench.commands.session import command_argv, console_for, new_result_writer
-from bench.console import case_progress
+from bench.console import CaseProgress
 from bench.console import console as default_console
 from bench.errors import UserError, first_line
 from bench.launch.launcher import (
@@ -343,12 +343,10 @@ def _verify_all(
     steps: dict[str, int] | None,
 ) -> list[Verification]:
     """Launch every case in order under a progress bar; record and print each as it finishes."""
-    progress = case_progress(console)
-    task = progress.add_task("", total=len(todo))
     records: list[Verification] = []
-    with launcher.group(), progress:
+    with launcher.group(), CaseProgress(console, len(todo)) as progress:
         for scenario, case in todo:
-            progress.update(task, description=escape(case.key()))
+            progress.start(case.key())
             outcome = launcher.run(case)
             record = _record(
                 case,
@@ -360,6 +358,5 @@ def _verify_all(
             if writer is not None:
                 writer.add_verification(record)
             records.append(record)
-            progress.console.print(_line(record))
-            progress.advance(task)
+            progress.done(_line(record))
     return records
