@@ -138,3 +138,21 @@ def test_out_an_existing_file_is_refused_before_drawing(suite_dir: Path, capsys)
         err == "error: --out charts.png: is a file; give a folder for the charts (it is created if missing)\n"
     )
     assert (suite_dir / "charts.png").read_bytes() == b"not a folder"
+
+
+def test_memory_series_that_coincide_stay_apart():
+    """Equal peaks (the modes with a summary peak alike) are nudged sideways, centred on the true length,
+    so that no series hides another; the values themselves are untouched."""
+    run = load_result(FIXTURES / "scaling.json")
+    fig = BUILDERS["memory_vs_seq"](sources_for([run], ["scaling.json"]), "tiny-scaling")
+    lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata())]
+    assert len(lines) == 2
+    (x_a, y_a), (x_b, _) = ((list(line.get_xdata()), list(line.get_ydata())) for line in lines)
+    lengths = analysis.seq_lens(run, "tiny-scaling", 1)
+    for a, b, n in zip(x_a, x_b, lengths, strict=True):
+        assert a < n < b and a * b == pytest.approx(n * n)  # apart, and centred on the true length
+    expected = [
+        analysis.find(run, "tiny-scaling", Variant("ulysses", None), 1, n, "forward_backward")
+        for n in lengths
+    ]
+    assert y_a == [r.memory.peak_mib for r in expected]
