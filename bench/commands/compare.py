@@ -226,7 +226,13 @@ def _run_refs(
 # Output
 
 
-VERDICT_STYLES = {"better": "green", "worse": "bold red", "~": "dim", "not comparable": "yellow"}
+VERDICT_STYLES = {
+    "better": "green",
+    "worse": "bold red",
+    "~": "dim",
+    "contended": "yellow",
+    "not comparable": "yellow",
+}
 
 
 def _side_label(side: Side, run: RunResult) -> str:

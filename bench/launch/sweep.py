@@ -42,6 +42,7 @@ def to_case_result(case: Case, outcome: Outcome) -> CaseResult:
             ),
             matmul_gflops=min(r.matmul_gflops),
         ),
+        contention=r.contention,
         wall_s=outcome.wall_s,
     )
 

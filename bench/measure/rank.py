@@ -16,6 +16,9 @@ repeats, outside the timed region. The passes:
   FSDP) is not timed.
 Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory), and last
 each rank's matmul throughput (bench.measure.throughput), the limit its achieved GFLOP/s is set against.
+Around the timed passes each rank records its CPU time per pass, the host's CPU steal and load average
+(bench.measure.contention: whether the machine was shared); ranks that fit the host's cores are pinned to
+cores of their own first.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from bench.measure.contention import (
+    Contention,
+    cpu_ticks,
+    judge,
+    load_average,
+    pin_threads,
+    steal_between,
+)
 from bench.measure.memory import measure_peak
 from bench.measure.throughput import matmul_gflops
 from bench.suite.config import Case
@@ -53,6 +64,8 @@ class RankResults:
     """torch intra-op threads of rank 0 (every rank gets the same)."""
     matmul_gflops: list[float]
     """[rank] the rank's batched-matmul GFLOP/s in the accumulation dtype (bench.measure.throughput)."""
+    contention: Contention
+    """How shared the machine was during the timed passes (bench.measure.contention)."""
 
 
 def global_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
@@ -117,29 +130,37 @@ def build_pass(
 
 def time_pass(
     step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None], case: Case, platform: Platform
-) -> list[float]:
-    """Warmup, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
+) -> tuple[list[float], list[float]]:
+    """Warmup, then `case.repeat` timed passes on this rank; (elapsed seconds, this process's CPU seconds)
+    per repeat."""
     for _ in range(case.warmup):
         step()
         clear_grads()
-    samples = []
+    samples, cpu = [], []
     for _ in range(case.repeat):
         dist.barrier()
         platform.synchronize()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         out = step()
         platform.synchronize()
         samples.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
         del out  # a forward's graph is freed after the stop: tearing it down is not part of the pass
         clear_grads()
-    return samples
+    return samples, cpu
 
 
 def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     """Time and measure `case` on this rank (the function every rank of a launch runs)."""
     platform = resolve_platform(device_kind)
+    # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
+    pinned = platform.device_type == "cpu" and pin_threads(
+        local_rank(), dist.get_world_size(), torch.get_num_threads()
+    )
     step, clear_grads, live = build_pass(case, platform)
-    samples = time_pass(step, clear_grads, case, platform)
+    load_before, ticks_before = load_average(), cpu_ticks()
+    samples, cpu = time_pass(step, clear_grads, case, platform)
+    steal, load_after = steal_between(ticks_before, cpu_ticks()), load_average()
     dist.barrier()
     reading = measure_peak(step, platform, live)
     clear_grads()
@@ -152,15 +173,26 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
         device=live[-1].device,
         platform=platform,
     )
-    mine = (samples, reading.peak_bytes, reading.baseline_bytes, calibration)
+    mine = (samples, reading.peak_bytes, reading.baseline_bytes, calibration, cpu, pinned)
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
+    threads = torch.get_num_threads()
     return RankResults(
         samples_s=[r[0] for r in everyone],
         peak_bytes=[r[1] for r in everyone],
         baseline_bytes=[r[2] for r in everyone],
         meter=reading.meter,
         device_name=platform.device_name(local_rank()),
-        threads=torch.get_num_threads(),
+        threads=threads,
         matmul_gflops=[r[3] for r in everyone],
+        contention=judge(
+            # CPU time says how busy the host threads were only where they do the work.
+            [r[4] for r in everyone] if platform.device_type == "cpu" else None,
+            [r[0] for r in everyone],
+            threads,
+            steal=steal,
+            load_before=load_before,
+            load_after=load_after,
+            pinned=all(r[5] for r in everyone),
+        ),
     )

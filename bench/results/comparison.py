@@ -6,9 +6,10 @@ the two measurements are comparable (`comparability`); the rest is listed with w
 
 Verdict (asv's rule): "worse" when head/base >= factor and the two-sided Mann-Whitney U test on the
 per-repeat rank-max samples gives p < alpha; "better" when head/base <= 1/factor and p < alpha; else "~".
-A large ratio from few or noisy repeats is "~": the test is what says the difference is not chance. With
-n repeats per side the smallest possible p is 2 / C(2n, n): 0.33 for 2 repeats, 0.10 for 3, 0.029 for 4,
-so at least 4 repeats per side are needed for any verdict at alpha = 0.05.
+A large ratio from few or noisy repeats is "~": the test is what says the difference is not chance. A
+case timed while the machine was shared on either side (bench.measure.contention) gets "contended", no
+verdict. With n repeats per side the smallest possible p is 2 / C(2n, n): 0.33 for 2 repeats, 0.10 for 3,
+0.029 for 4, so at least 4 repeats per side are needed for any verdict at alpha = 0.05.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bench.errors import first_line
 from bench.measure.timing import rank_max
 from bench.results.store import CaseResult, RunResult
 
-Verdict = Literal["better", "worse", "~", "not comparable"]
+Verdict = Literal["better", "worse", "~", "contended", "not comparable"]
 
 DEFAULT_FACTOR = 1.10
 """A change smaller than 10% either way is "~" however significant."""
@@ -110,6 +111,8 @@ class Comparison:
             f"{self.count('~')} ~",
             f"{self.count('not comparable')} not comparable",
         ]
+        if self.count("contended"):
+            parts.append(f"{self.count('contended')} contended")
         if self.not_compared:
             parts.append(f"{len(self.not_compared)} not compared")
         return ", ".join(parts)
@@ -191,8 +194,11 @@ def compare_case(
         else float(mannwhitneyu(head_samples, base_samples, alternative="two-sided").pvalue)
     )
     reason = comparability(base_run, base, head_run, head)
+    shared = [r for r in (base, head) if r.contention is not None and r.contention.contended]
     if reason is not None and not force:
         result: Verdict = "not comparable"
+    elif shared:
+        result = "contended"  # a timing taken while the machine was shared says nothing about the code
     else:
         result = verdict(ratio, p_value, factor=factor, alpha=alpha)
     return CaseComparison(

@@ -63,7 +63,7 @@ SPECS: dict[type, Spec] = {
         types={"suite": SuiteConfig, "schema_version": Literal[SCHEMA_VERSION]},
         optional=frozenset({"verifications", "command"}),
     ),
-    CaseResult: Spec(rename={"case": "params"}, optional=frozenset({"throughput"})),
+    CaseResult: Spec(rename={"case": "params"}, optional=frozenset({"throughput", "contention"})),
     Case: Spec(
         extra={
             "case_id": (str, "Stable and readable id, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd` (derived)."),

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.errors import FieldError, UserError
+from bench.measure.contention import Contention
 from bench.measure.timing import TimingSummary
 from bench.results.env import Environment, now_iso
 from bench.results.paths import numbered_paths
@@ -108,6 +109,8 @@ class CaseResult:
     """torch threads each rank ran with (ok only)."""
     throughput: ThroughputResult | None = None
     """Model FLOPs against the measured matmul limit (ok only; None in files written before it existed)."""
+    contention: Contention | None = None
+    """How shared the machine was while the case was timed (ok only; None in older files)."""
     wall_s: float = 0.0
     """Wall time of the whole case, launch included."""
     finished_at: str = field(default_factory=now_iso)
@@ -126,6 +129,7 @@ class CaseResult:
             "memory": None if self.memory is None else dataclasses.asdict(self.memory),
             "threads_per_rank": self.threads_per_rank,
             "throughput": None if self.throughput is None else dataclasses.asdict(self.throughput),
+            "contention": None if self.contention is None else dataclasses.asdict(self.contention),
             "wall_s": self.wall_s,
             "finished_at": self.finished_at,
         }
@@ -141,6 +145,7 @@ class CaseResult:
             memory=None if data["memory"] is None else MemoryResult(**data["memory"]),
             threads_per_rank=data["threads_per_rank"],
             throughput=None if data.get("throughput") is None else ThroughputResult(**data["throughput"]),
+            contention=None if data.get("contention") is None else Contention(**data["contention"]),
             wall_s=data["wall_s"],
             finished_at=data["finished_at"],
         )

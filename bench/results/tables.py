@@ -139,9 +139,12 @@ def case_line(result: CaseResult) -> str:
     if result.status == "ok" and result.timing is not None:
         t = result.timing
         spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
+        shared = result.contention.reason if result.contention is not None else None
+        contended = f"  [bold yellow]contended[/] ({escape(shared)})" if shared else ""
         return (
             f"[green]ok[/]      {case_id:<36} {format_ms(t):>14}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
             f"peak {format_mib(result.memory)}{format_throughput(result)}  [dim]{result.wall_s:.1f} s[/]"
+            f"{contended}"
         )
     error = first_line(result.error)
     style = "red" if result.status == "failed" else "yellow"
