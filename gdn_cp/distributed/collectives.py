@@ -191,6 +191,12 @@ def _left_padded_tail(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([tail.new_zeros(tail.shape[0], width - tail.shape[1], tail.shape[2]), tail], dim=1)
 
 
+def wants_tail(owners: Sequence[int], width: int, peer: int, piece: int) -> bool:
+    """Does rank `peer` get `piece`'s tail in the halo exchange? When it holds one of the `width` pieces after
+    it and is not its holder (the rule of `exchange_halo_with_header`, and of its communication model)."""
+    return peer != owners[piece] and peer in owners[piece + 1 : piece + 1 + width]
+
+
 def exchange_halo_with_header(
     pieces: Sequence[torch.Tensor],
     width: int,
@@ -230,22 +236,21 @@ def exchange_halo_with_header(
     if size == 1:
         return [p[:, :0] for p in pieces], [list(header)]
 
-    def wanted_by(peer: int, j: int) -> bool:
-        """Does `peer` hold one of the `width` pieces after piece j (so it may need j's tail)?"""
-        return peer != owners[j] and peer in owners[j + 1 : j + 1 + width]
-
     tails = {j: _left_padded_tail(p, width) for j, p in zip(mine, pieces, strict=True)}
     encoded = _encode_header(header, pieces[0])
     # Header-only messages still carry an empty slice of a piece: every rank's exchange then needs a backward
     # when the pieces do, so the ranks meet in it (a collective's backward is itself a collective).
     empty = pieces[0].reshape(-1)[:0]
     parts = [
-        torch.cat([encoded, empty, *(tails[j].reshape(-1) for j in mine if wanted_by(peer, j))])
+        torch.cat(
+            [encoded, empty, *(tails[j].reshape(-1) for j in mine if wants_tail(owners, width, peer, j))]
+        )
         for peer in range(size)
     ]
     tail_numel = B * width * D
     recv_counts = [
-        encoded.numel() + tail_numel * sum(wanted_by(rank, j) for j, o in enumerate(owners) if o == peer)
+        encoded.numel()
+        + tail_numel * sum(wants_tail(owners, width, rank, j) for j, o in enumerate(owners) if o == peer)
         for peer in range(size)
     ]
     received = all_to_all_single(
@@ -261,7 +266,7 @@ def exchange_halo_with_header(
         if peer != rank:
             at = encoded.numel()
             for j in theirs:
-                if wanted_by(rank, j):
+                if wants_tail(owners, width, rank, j):
                     tails[j] = message[at : at + tail_numel].view(B, width, D)
                     at += tail_numel
 
@@ -473,13 +478,11 @@ def _shift_pieces(
             if owners[target] == rank:
                 out[at[target]] = x[i]
             else:
-                peer = dist.get_global_rank(group, owners[target]) if group is not None else owners[target]
-                ops.append(dist.P2POp(dist.isend, x[i].contiguous(), peer, group))
+                ops.append(dist.P2POp(dist.isend, x[i].contiguous(), group=group, group_peer=owners[target]))
                 comm_stats.record(comm_stats.P2P, _nbytes(x[i].numel(), x), 0)
         if 0 <= source < len(owners) and owners[source] != rank:
             buf = torch.empty_like(x[i], memory_format=torch.contiguous_format)
-            peer = dist.get_global_rank(group, owners[source]) if group is not None else owners[source]
-            ops.append(dist.P2POp(dist.irecv, buf, peer, group))
+            ops.append(dist.P2POp(dist.irecv, buf, group=group, group_peer=owners[source]))
             comm_stats.record(comm_stats.P2P, 0, _nbytes(buf.numel(), buf))
             arrivals.append((i, buf))
     if ops:

@@ -274,5 +274,5 @@ def check_local_input(
             check(bounds)
     except ValueError as error:
         problem = str(error)
-    fingerprint_of = bounds if bounds is not None else (None if cu_seqlens is None else [-1])
-    return LocalShard(split_pieces(layout, shard_len), fingerprint(fingerprint_of), problem)
+    # A rank whose cu_seqlens failed its checks sends the failure flag, which `agree` reads first.
+    return LocalShard(split_pieces(layout, shard_len), fingerprint(bounds), problem)

@@ -29,6 +29,7 @@ from gdn_cp.distributed.layout import (
     agree,
     check_layout,
     check_local_input,
+    plan_documents,
 )
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.ops.inputs import check_gdn_inputs
@@ -120,9 +121,21 @@ class CPMode(ABC):
         """This rank's header contents (gdn_cp.distributed.layout.check_local_input in this mode's layout)."""
         return check_local_input(self.layout, shard_len, batch, cu_seqlens, check)
 
-    def agree(self, local: LocalShard, headers: list[list[int]]) -> ShardPlan:
-        """The shard plan from every rank's header; raises on every rank together."""
-        return agree(self.layout, self.rank, local, headers)
+    def agree(
+        self, local: LocalShard, headers: list[list[int]], cu_seqlens: torch.Tensor | None
+    ) -> tuple[ShardPlan, list[int] | None]:
+        """The shard plan from every rank's header, and the checked global document boundaries (None
+        unpacked); raises on every rank together."""
+        plan = agree(self.layout, self.rank, local, headers)
+        return plan, plan_documents(plan, cu_seqlens)
+
+    def plan_by_header(
+        self, shard_len: int, batch: int, cu_seqlens: torch.Tensor | None, device: torch.device, check=None
+    ) -> tuple[ShardPlan, list[int] | None]:
+        """`agree` after one header all-gather: the modes and calls whose first exchange cannot carry the
+        header (its sizes depend on the lengths, or there is no halo)."""
+        local = self.local_shard(shard_len, batch, cu_seqlens, check)
+        return self.agree(local, exchange_header(local.header(), self.group, device), cu_seqlens)
 
     @abstractmethod
     def forward_shard(
@@ -158,8 +171,7 @@ class CPMode(ABC):
                     "every rank passes the same global initial state(s)"
                 )
 
-        local = self.local_shard(q.shape[1], q.shape[0], cu_seqlens, check)
-        plan = self.agree(local, exchange_header(local.header(), self.group, q.device))
+        plan, documents = self.plan_by_header(q.shape[1], q.shape[0], cu_seqlens, q.device, check)
         return self.sharded_rule(
             plan,
             (q, k, v, g, beta),
@@ -167,7 +179,7 @@ class CPMode(ABC):
             initial_state=initial_state,
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            cu_seqlens=cu_seqlens,
+            documents=documents,
             chunk_size=chunk_size,
         )
 
@@ -181,7 +193,8 @@ class CPMode(ABC):
         initial_state: torch.Tensor | None,
         output_final_state: bool,
         use_qk_l2norm_in_kernel: bool,
-        cu_seqlens: torch.Tensor | None,
+        documents: list[int] | None,
         chunk_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`gated_delta_rule` once every rank agrees on `plan`: inputs (q, k, v, g, beta) are this rank's."""
+        """`gated_delta_rule` once every rank agrees on `plan`: inputs (q, k, v, g, beta) are this rank's;
+        `documents` the checked global boundaries (None: unpacked)."""

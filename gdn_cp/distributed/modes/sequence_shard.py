@@ -26,9 +26,14 @@ from abc import abstractmethod
 
 import torch
 
-from gdn_cp.distributed.collectives import HEADER_DIGITS, exchange_halo_with_header, sum_with_outputs
+from gdn_cp.distributed.collectives import (
+    HEADER_DIGITS,
+    exchange_halo_with_header,
+    sum_with_outputs,
+    wants_tail,
+)
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners, pieces_per_rank, plan_documents
+from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.layers import GatedDeltaNet
@@ -42,12 +47,10 @@ def halo_tails(owners: tuple[int, ...], rank: int, width: int) -> tuple[int, int
     """(tails sent, tails received) by `rank` in the halo exchange: a piece's tail goes to every other rank
     holding one of the next `width` pieces (gdn_cp.distributed.collectives.exchange_halo_with_header)."""
     cp = max(owners) + 1
-
-    def wanted_by(peer: int, j: int) -> bool:
-        return peer != owners[j] and peer in owners[j + 1 : j + 1 + width]
-
-    sent = sum(wanted_by(peer, j) for j, o in enumerate(owners) if o == rank for peer in range(cp))
-    received = sum(wanted_by(rank, j) for j, o in enumerate(owners) if o != rank)
+    sent = sum(
+        wants_tail(owners, width, peer, j) for j, o in enumerate(owners) if o == rank for peer in range(cp)
+    )
+    received = sum(wants_tail(owners, width, rank, j) for j, o in enumerate(owners) if o != rank)
     return sent, received
 
 
@@ -102,8 +105,7 @@ class SequenceShardMode(CPMode):
         halos, headers = exchange_halo_with_header(
             pieces, c.conv_kernel_size - 1, self.group, piece_owners(self.layout, self.size), local.header()
         )
-        plan = self.agree(local, headers)
-        bounds = plan_documents(plan, cu_seqlens)
+        plan, bounds = self.agree(local, headers, cu_seqlens)
         segments = plan.segments(bounds)
         mixed = torch.cat(
             [
@@ -121,7 +123,7 @@ class SequenceShardMode(CPMode):
             initial_state=None,
             output_final_state=False,
             use_qk_l2norm_in_kernel=True,
-            cu_seqlens=cu_seqlens,
+            documents=bounds,
             chunk_size=c.chunk_size,
         )
         return layer.output(o, p.z)
@@ -137,11 +139,10 @@ class SequenceShardMode(CPMode):
         initial_state: torch.Tensor | None,
         output_final_state: bool,
         use_qk_l2norm_in_kernel: bool,
-        cu_seqlens: torch.Tensor | None,
+        documents: list[int] | None,
         chunk_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        bounds = plan_documents(plan, cu_seqlens)
-        segments = plan.segments(bounds)
+        segments = plan.segments(documents)
         kw = {"scale": scale, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel, "chunk_size": chunk_size}
         if initial_state is None and not output_final_state:
             # No state in or out per document: chunks are cut at the pieces' edges only, and the documents
@@ -149,19 +150,16 @@ class SequenceShardMode(CPMode):
             at = [0, *itertools.accumulate(plan.local_lengths)]
             resets = [s.start for s in segments if not s.carried]
             chunks = prepare_chunks(*inputs, cu_seqlens=at, resets=resets, **kw)
-            S, M = (
-                torch.stack(t)
-                for t in zip(
-                    *(
-                        gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary, segment=piece)
-                        for piece in range(len(plan.local_pieces))
-                    ),
-                    strict=True,
-                )
-            )
+            summaries = [
+                gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary, segment=piece)
+                for piece in range(len(plan.local_pieces))
+            ]
+            S, M = torch.stack([S for S, _ in summaries]), torch.stack([M for _, M in summaries])
             o, _ = chunk_outputs(chunks, self.entering_states(S, M, plan).transpose(0, 1))
             return o, None
-        return self._rule_with_states(plan, inputs, segments, bounds, initial_state, output_final_state, kw)
+        return self._rule_with_states(
+            plan, inputs, segments, documents, initial_state, output_final_state, kw
+        )
 
     def _rule_with_states(
         self,

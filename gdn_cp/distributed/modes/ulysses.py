@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from gdn_cp.distributed.collectives import all_to_all, exchange_header, sum_with_outputs
+from gdn_cp.distributed.collectives import all_to_all, sum_with_outputs
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank, plan_documents
+from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule
@@ -70,12 +70,6 @@ class UlyssesMode(CPMode):
         add_volume(volume, "all_to_all", passes * (packed + outputs), passes * (packed + outputs), 2 * passes)
         return volume
 
-    def _plan(
-        self, shard_len: int, batch: int, cu_seqlens: torch.Tensor | None, device, check=None
-    ) -> ShardPlan:
-        local = self.local_shard(shard_len, batch, cu_seqlens, check)
-        return self.agree(local, exchange_header(local.header(), self.group, device))
-
     def _to_heads(self, x: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
         """[B, L, cp, ch] (channels of each destination rank's heads) -> [B, T, ch] in global order."""
         full = all_to_all(
@@ -97,8 +91,7 @@ class UlyssesMode(CPMode):
     ) -> torch.Tensor:
         c, cp, r = layer.config, self.size, self.rank
         B, L, _ = x.shape
-        plan = self._plan(L, B, cu_seqlens, x.device)
-        bounds = plan_documents(plan, cu_seqlens)
+        plan, bounds = self.plan_by_header(L, B, cu_seqlens, x.device)
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
@@ -149,7 +142,7 @@ class UlyssesMode(CPMode):
         initial_state: torch.Tensor | None,
         output_final_state: bool,
         use_qk_l2norm_in_kernel: bool,
-        cu_seqlens: torch.Tensor | None,
+        documents: list[int] | None,
         chunk_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         q, k, v, g, beta = inputs
@@ -157,7 +150,6 @@ class UlyssesMode(CPMode):
         B, L, Hk, K = k.shape
         Hv, V = v.shape[2], v.shape[3]
         hk, hv = Hk // cp, Hv // cp
-        bounds = plan_documents(plan, cu_seqlens)
         # One all-to-all for the five inputs, [B, L, cp, channels of the destination's heads]; the gates
         # travel apart only when their dtype differs (a log-decay must not be rounded to bf16 on the way).
         qkv = [q.reshape(B, L, cp, hk * K), k.reshape(B, L, cp, hk * K), v.reshape(B, L, cp, hv * V)]
@@ -183,7 +175,7 @@ class UlyssesMode(CPMode):
             initial_state=None if initial_state is None else initial_state[:, heads],
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            cu_seqlens=None if bounds is None else torch.tensor(bounds),
+            cu_seqlens=None if documents is None else torch.tensor(documents),
             chunk_size=chunk_size,
         )
         o = self._to_sequence(o, plan)
