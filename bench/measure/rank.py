@@ -16,13 +16,14 @@ repeats, outside the timed region. The passes:
   FSDP) is not timed.
 Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory), and last
 each rank's matmul throughput (bench.measure.throughput), the limit its achieved GFLOP/s is set against.
-Around the timed passes each rank records its CPU time per pass, the host's CPU steal and load average
-(bench.measure.contention: whether the machine was shared); ranks that fit the host's cores are pinned to
-cores of their own first.
+From building the layer to the last timed pass each rank records its CPU time and the host's CPU time,
+steal and load (bench.measure.contention: whether other processes shared the machine); ranks that fit the
+host's cores are pinned to cores of their own first.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,14 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from bench.measure.contention import (
-    Contention,
-    cpu_ticks,
-    judge,
-    load_average,
-    pin_threads,
-    steal_between,
-)
+from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, load_average, pin_threads
 from bench.measure.memory import measure_peak
 from bench.measure.throughput import matmul_gflops
 from bench.suite.config import Case
@@ -130,24 +124,22 @@ def build_pass(
 
 def time_pass(
     step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None], case: Case, platform: Platform
-) -> tuple[list[float], list[float]]:
-    """Warmup, then `case.repeat` timed passes on this rank; (elapsed seconds, this process's CPU seconds)
-    per repeat."""
+) -> list[float]:
+    """Warmup, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
     for _ in range(case.warmup):
         step()
         clear_grads()
-    samples, cpu = [], []
+    samples = []
     for _ in range(case.repeat):
         dist.barrier()
         platform.synchronize()
-        start, cpu_start = time.perf_counter(), time.process_time()
+        start = time.perf_counter()
         out = step()
         platform.synchronize()
         samples.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - cpu_start)
         del out  # a forward's graph is freed after the stop: tearing it down is not part of the pass
         clear_grads()
-    return samples, cpu
+    return samples
 
 
 def measure_on_rank(case: Case, device_kind: str) -> RankResults:
@@ -157,12 +149,14 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     pinned = platform.device_type == "cpu" and pin_threads(
         local_rank(), dist.get_world_size(), torch.get_num_threads()
     )
+    # The contention window: building, warmup and the timed passes (long enough for /proc/stat's ticks).
+    load_before, ticks_before, cpu_before = load_average(), cpu_ticks(), time.process_time()
     step, clear_grads, live = build_pass(case, platform)
-    load_before, ticks_before = load_average(), cpu_ticks()
-    samples, cpu = time_pass(step, clear_grads, case, platform)
-    steal, load_after = steal_between(ticks_before, cpu_ticks()), load_average()
+    samples = time_pass(step, clear_grads, case, platform)
+    reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
+    load_after = load_average()
     dist.barrier()
-    reading = measure_peak(step, platform, live)
+    memory = measure_peak(step, platform, live)
     clear_grads()
     dist.barrier()
     calibration = matmul_gflops(
@@ -173,24 +167,19 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
         device=live[-1].device,
         platform=platform,
     )
-    mine = (samples, reading.peak_bytes, reading.baseline_bytes, calibration, cpu, pinned)
+    mine = (samples, memory.peak_bytes, memory.baseline_bytes, calibration, reading, pinned)
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
-    threads = torch.get_num_threads()
     return RankResults(
         samples_s=[r[0] for r in everyone],
         peak_bytes=[r[1] for r in everyone],
         baseline_bytes=[r[2] for r in everyone],
-        meter=reading.meter,
+        meter=memory.meter,
         device_name=platform.device_name(local_rank()),
-        threads=threads,
+        threads=torch.get_num_threads(),
         matmul_gflops=[r[3] for r in everyone],
         contention=judge(
-            # CPU time says how busy the host threads were only where they do the work.
-            [r[4] for r in everyone] if platform.device_type == "cpu" else None,
-            [r[0] for r in everyone],
-            threads,
-            steal=steal,
+            [r[4] for r in everyone],
             load_before=load_before,
             load_after=load_after,
             pinned=all(r[5] for r in everyone),

@@ -70,9 +70,11 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
             batch=case.batch, seq_len=case.seq_len, backward=True
         )
         assert 0 < tp.matmul_gflops < float("inf") and tp.achieved_gflops(result.timing.median_s, case.cp) > 0
-        # how shared the machine was: CPU time per pass against wall x threads on every rank, steal, load
+        # how shared the machine was: the CPU time other processes took, steal, load (a share, where the
+        # window was long enough for /proc/stat's ticks)
         shared = result.contention
-        assert shared is not None and 0 < shared.utilisation < 2 and shared.load_before is not None
+        assert shared is not None and shared.load_before is not None
+        assert shared.foreign is None or 0 <= shared.foreign <= 1
         assert shared.steal is None or 0 <= shared.steal <= 1
 
     # everything done: a further resume runs nothing
