@@ -1,0 +1,259 @@
+"""`bench gate BASE HEAD --verify FILE`: may a change go in? Head must be faster or equal, and exact.
+
+BASE and HEAD are `bench run` result files, or git refs: refs are run as `bench compare BASE HEAD` runs them
+(each ref's own code in a temporary worktree, alternating case by case; both result files kept in
+--save-dir). `--verify` names head's `bench verify` result files (repeatable), `--base-verify` base's, shown
+beside them. The timing verdicts come from bench.results.comparison, the judgement from bench.results.gate:
+slower = a case "worse", or ok on base but failed on head; inexact = a head check above its bar, or a head
+check that failed to run; any other timing state (not comparable, contended, ...) is no verdict.
+
+Exit codes (EXIT_CODES), for CI:
+    0  pass: no case slower, every head check exact, and at least one timing judged and one check run
+    1  bad input: a missing or unreadable file, a verify file given as a run or the reverse, a bad flag
+    3  slower (as `bench compare --fail-on-regression`)
+    4  inexact
+    5  slower and inexact
+    6  nothing compared: no timing got a verdict, or no head check ran (a gate that checked nothing fails)
+  130  interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from bench.commands import common_args
+from bench.commands import compare as compare_command
+from bench.console import console as default_console
+from bench.errors import UserError
+from bench.launch.gitrefs import FileSide, resolve_side
+from bench.results.analysis import source_label
+from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs
+from bench.results.gate import GateResult, Outcome, accuracy_table, gate, timing_table
+from bench.results.paths import new_folder
+from bench.results.store import RunResult, load_result
+from bench.results.tables import print_tables
+from bench.results.verifications import Verification
+from bench.suite.filters import CaseFilter, parse_filters
+from bench.suite.loader import display, load_suite
+
+NAME = "gate"
+HELP = (
+    "Gate a change: head must be faster or equal (bench compare's verdicts) and exact (bench verify's "
+    "checks on head). Exit 0 pass, 3 slower, 4 inexact, 5 both, 6 nothing compared, 1 bad input."
+)
+EXIT_CODES: dict[Outcome, int] = {
+    "pass": 0,
+    "slower": compare_command.EXIT_REGRESSION,
+    "inexact": 4,
+    "slower and inexact": 5,
+    "nothing compared": 6,
+}
+"""The exit code of each outcome (1 is a user error, as for every command; 130 an interrupt)."""
+OUTCOME_STYLES: dict[Outcome, str] = {
+    "pass": "bold green",
+    "slower": "bold red",
+    "inexact": "bold red",
+    "slower and inexact": "bold red",
+    "nothing compared": "bold yellow",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Exit codes: "
+        + ", ".join(f"{code} {o}" for o, code in EXIT_CODES.items())
+        + (", 1 bad input, 130 interrupted.")
+    )
+    parser.add_argument("base", metavar="BASE", help="`bench run` result file, or git ref to run")
+    parser.add_argument("head", metavar="HEAD", help="`bench run` result file, or git ref to run")
+    common_args.add_scenarios(
+        parser,
+        "with a ref: scenarios to run on both sides, as for `bench compare`; --filter also narrows files",
+    )
+    common_args.add_device(parser)
+    common_args.add_config(parser)
+    parser.add_argument(
+        "--verify",
+        dest="verify",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="head's `bench verify` result file (repeatable); its checks decide exactness",
+    )
+    parser.add_argument(
+        "--base-verify",
+        dest="base_verify",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="base's `bench verify` result file (repeatable), shown beside head's",
+    )
+    parser.add_argument("--factor", type=float, default=DEFAULT_FACTOR, help="as for `bench compare`")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="as for `bench compare`")
+    parser.add_argument(
+        "--save-dir", metavar="DIR", help="with refs: where both sides' result files go (as bench compare)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(
+        args.base,
+        args.head,
+        args.scenarios,
+        verify=args.verify,
+        base_verify=args.base_verify,
+        sets=args.sets,
+        filters=args.filters,
+        device=args.device,
+        config=args.config,
+        factor=args.factor,
+        alpha=args.alpha,
+        save_dir=args.save_dir,
+    )
+
+
+def _timing_run(path: Path) -> RunResult:
+    """A `bench run` file; UserError for a verify file or one without cases."""
+    run = load_result(path)
+    if not run.cases:
+        hint = (
+            "it holds `bench verify` checks: give it with --verify"
+            if run.verifications
+            else "it has no cases"
+        )
+        raise UserError(
+            f"{display(path)}: not a timing run ({hint}); give a `bench run` result file or a git ref"
+        )
+    return run
+
+
+def _records(paths: Sequence[str], flag: str, case_filter: CaseFilter) -> list[Verification]:
+    """The checks of verify files, narrowed by --filter; UserError for a file that holds none."""
+    out: list[Verification] = []
+    for p in paths:
+        run = load_result(p)
+        if not run.verifications:
+            what = "timing cases: give it as BASE or HEAD" if run.cases else "no checks"
+            raise UserError(f"{flag} {p}: not a `bench verify` file ({what})")
+        out += [r for r in run.verifications if case_filter.matches(r.case)]
+    return out
+
+
+def _run_paths(
+    base: str,
+    head: str,
+    scenarios: Sequence[str],
+    *,
+    sets: Sequence[str],
+    filters: Sequence[str],
+    device: str | None,
+    config: str | None,
+    factor: float,
+    alpha: float,
+    save_dir: str | None,
+) -> tuple[Path, Path] | None:
+    """Both sides' result files: as given, or run from refs by `bench compare` (None: interrupted)."""
+    sides = [resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd())]
+    if all(isinstance(s, FileSide) for s in sides):
+        if scenarios or sets or device:
+            raise UserError(
+                "scenarios, --set and --device choose what to run, but two result files run nothing; drop "
+                "them (--filter narrows the files' cases), or give git refs to run"
+            )
+        return Path(base), Path(head)
+    if save_dir is None:
+        folder = load_suite(config).results_dir / f"gate-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        save_dir = str(new_folder(folder))
+    # compare prints its progress on stderr in markdown mode; its own table is dropped: the gate prints one.
+    with open(os.devnull, "w") as devnull:
+        code = compare_command.run(
+            base,
+            head,
+            scenarios,
+            sets=sets,
+            filters=filters,
+            device=device,
+            config=config,
+            factor=factor,
+            alpha=alpha,
+            fmt="markdown",
+            save_dir=save_dir,
+            console=Console(file=devnull),
+        )
+    if code == 130:
+        return None
+    found = []
+    for role, side in zip(("base", "head"), sides, strict=True):
+        found.append(side.path if isinstance(side, FileSide) else next(Path(save_dir).glob(f"{role}-*.json")))
+    return found[0], found[1]
+
+
+def render(result: GateResult, labels: tuple[str, str], console: Console) -> None:
+    """Both tables, then the outcome in one coloured line."""
+    console.print(f"base {escape(labels[0])}  vs  head {escape(labels[1])}")
+    print_tables([timing_table(result), accuracy_table(result)], console)
+    style = OUTCOME_STYLES[result.outcome]
+    outcome, rest = result.summary().split(";", 1)
+    console.print(f"[{style}]gate: {escape(outcome)}[/];{escape(rest)} (exit {EXIT_CODES[result.outcome]})")
+
+
+def run(
+    base: str,
+    head: str,
+    scenarios: Sequence[str] = (),
+    *,
+    verify: Sequence[str] = (),
+    base_verify: Sequence[str] = (),
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    device: str | None = None,
+    config: str | None = None,
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+    save_dir: str | None = None,
+    console: Console | None = None,
+) -> int:
+    """Gate HEAD against BASE on timing and head's accuracy checks; returns the exit code (EXIT_CODES)."""
+    console = console or default_console
+    if not verify:
+        raise UserError(
+            "give head's accuracy checks with --verify FILE (a result file of `bench verify`, e.g. "
+            "`bench verify cpu-verify --output head-verify.json` at head): the gate needs exactness too"
+        )
+    if factor <= 1.0 or not 0.0 < alpha < 1.0:
+        raise UserError(f"--factor {factor} --alpha {alpha}: factor must be > 1 and alpha between 0 and 1")
+    case_filter = parse_filters(filters)
+    head_records = _records(verify, "--verify", case_filter)
+    base_records = _records(base_verify, "--base-verify", case_filter)
+    paths = _run_paths(
+        base,
+        head,
+        scenarios,
+        sets=sets,
+        filters=filters,
+        device=device,
+        config=config,
+        factor=factor,
+        alpha=alpha,
+        save_dir=save_dir,
+    )
+    if paths is None:
+        return 130
+    base_run, head_run = (_timing_run(p) for p in paths)
+    base_run, head_run = (
+        dataclasses.replace(r, cases=[c for c in r.cases if case_filter.matches(c.case)])
+        for r in (base_run, head_run)
+    )
+    comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha)
+    result = gate(comparison, base_records, head_records)
+    labels = (f"{paths[0].name} ({source_label(base_run)})", f"{paths[1].name} ({source_label(head_run)})")
+    render(result, labels, console)
+    return EXIT_CODES[result.outcome]

@@ -1,0 +1,183 @@
+"""`bench gate`: one exit code from timing verdicts and head's accuracy checks, on the frozen fixtures with
+known changes applied (slower samples, bars no check can meet, another machine), unknown verdict states,
+bad input, and the git-ref route through `bench compare`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench.cli import main
+from bench.commands import gate as gate_command
+from bench.results.comparison import compare_runs
+from bench.results.gate import GateResult, accuracy_table, check_state, gate, timing_table
+from bench.results.store import RunResult, load_result, save_result
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
+REPO = Path(__file__).resolve().parents[2]
+
+
+def timing_run(*, failed: str | None = None, **env) -> RunResult:
+    """The ablation fixture (3 repeats: every comparable case is "~"); `failed`: that case id failed."""
+    run = load_result(FIXTURES / "ablation.json")
+    cases = [
+        dataclasses.replace(c, status="failed", error="RuntimeError: boom") if c.case.case_id == failed else c
+        for c in run.cases
+    ]
+    return dataclasses.replace(run, cases=cases, environment=dataclasses.replace(run.environment, **env))
+
+
+def with_verdict(result: GateResult, verdict: str, index: int | None = None) -> GateResult:
+    """The gate with one case's verdict (every case's: index None) replaced by `verdict`."""
+    cases = result.comparison.cases
+    result.comparison.cases = [
+        dataclasses.replace(c, verdict=verdict) if index in (None, i) else c for i, c in enumerate(cases)
+    ]
+    return result
+
+
+def verify_run(*, exact: bool = True) -> RunResult:
+    """The verify fixture; exact=False: its first check held to bars of 1e-30, which its errors exceed."""
+    run = load_result(FIXTURES / "verify.json")
+    if not exact:
+        first = run.verifications[0]
+        bars = {k: 1e-30 for k in first.thresholds}
+        run.verifications[0] = dataclasses.replace(first, thresholds=bars)
+    return run
+
+
+def files(tmp_path: Path, base: RunResult, head: RunResult, verify: RunResult) -> list[str]:
+    paths = [tmp_path / "base.json", tmp_path / "head.json", tmp_path / "verify.json"]
+    for run, path in zip((base, head, verify), paths, strict=True):
+        save_result(run, path)
+    return [str(p) for p in paths]
+
+
+def outcome(base: RunResult, head: RunResult, verify: RunResult) -> GateResult:
+    return gate(compare_runs(base, head), [], verify.verifications)
+
+
+def test_a_change_that_is_as_fast_and_exact_passes(tmp_path, capsys):
+    base, head = timing_run(), timing_run(git_commit="b" * 40)
+    result = outcome(base, head, verify_run())
+    assert result.outcome == "pass" and result.judged == len(result.comparison.cases) > 0
+    assert result.checked == 3 and not result.slower and not result.inexact
+    b, h, v = files(tmp_path, base, head, verify_run())
+    assert main(["gate", b, h, "--verify", v]) == 0
+    out = capsys.readouterr().out
+    assert "gate: pass" in out and "(exit 0)" in out and "layer/tiny-ablation/p2p-ckpt-cp2-T64-fwd_bwd" in out
+
+
+def test_slower_inexact_and_both_have_their_own_codes(tmp_path):
+    worse = with_verdict(outcome(timing_run(), timing_run(), verify_run()), "worse", index=1)
+    assert worse.slower == [worse.comparison.cases[1].key] and worse.outcome == "slower"
+    inexact = outcome(timing_run(), timing_run(), verify_run(exact=False))
+    assert inexact.outcome == "inexact" and inexact.inexact == [verify_run().verifications[0].key]
+    both = with_verdict(outcome(timing_run(), timing_run(), verify_run(exact=False)), "worse", index=0)
+    assert both.outcome == "slower and inexact"
+    failed = timing_run(failed="p2p-ckpt-cp2-T64-fwd_bwd")  # ok on base, failed on head: slower
+    for head, verify, code in ((failed, verify_run(), 3), (timing_run(), verify_run(exact=False), 4)):
+        b, h, v = files(tmp_path, timing_run(), head, verify)
+        assert gate_command.run(b, h, verify=[v], console=QUIET) == code
+    b, h, v = files(tmp_path, timing_run(), failed, verify_run(exact=False))
+    assert gate_command.run(b, h, verify=[v], console=QUIET) == 5
+    assert gate_command.EXIT_CODES == {
+        "pass": 0,
+        "slower": 3,
+        "inexact": 4,
+        "slower and inexact": 5,
+        "nothing compared": 6,
+    }
+
+
+def test_a_case_failed_on_head_is_slower_and_a_check_not_run_is_inexact():
+    head = timing_run(failed="ulysses-cp1-T64-fwd")
+    verify = verify_run()
+    verify.verifications[1] = dataclasses.replace(verify.verifications[1], status="failed", error="died")
+    result = outcome(timing_run(), head, verify)
+    assert result.slower == ["tiny-ablation/ulysses-cp1-T64-fwd"]
+    assert result.inexact == [verify.verifications[1].key]
+    assert [row[-1] for row in accuracy_table(result).rows][1] == "died"
+    assert ["tiny-ablation/ulysses-cp1-T64-fwd", "ok", "failed", "", "failed on head"] in timing_table(
+        result
+    ).rows
+
+
+def test_nothing_compared_does_not_pass(tmp_path):
+    other_machine = timing_run(hostname="ci-3")  # every case "not comparable": no verdict
+    result = outcome(timing_run(), other_machine, verify_run())
+    assert result.judged == 0 and result.unjudged == {"not comparable": len(result.comparison.cases)}
+    assert result.outcome == "nothing compared"
+    skipped = verify_run()
+    skipped.verifications = [dataclasses.replace(r, status="skipped") for r in skipped.verifications]
+    assert outcome(timing_run(), timing_run(), skipped).outcome == "nothing compared"
+    assert (
+        gate_command.run(
+            *files(tmp_path, timing_run(), other_machine, verify_run())[:2],
+            verify=[str(tmp_path / "verify.json")],
+            console=QUIET,
+        )
+        == 6
+    )
+
+
+def test_unknown_verdict_states_are_neither_pass_nor_fail():
+    result = with_verdict(outcome(timing_run(), timing_run(), verify_run()), "too noisy")
+    assert result.judged == 0 and not result.slower and result.outcome == "nothing compared"
+    with_verdict(result, "~", index=0)
+    assert result.outcome == "pass" and "too noisy: no verdict" in result.summary()
+    assert [r[-1] for r in timing_table(result).rows][1] == "too noisy"
+
+
+def test_check_states_read_plainly():
+    records = verify_run(exact=False).verifications
+    assert [check_state(r) for r in records] == ["FAIL", "pass", "pass"] and check_state(None) == "-"
+
+
+def test_bad_input_is_a_user_error(tmp_path, capsys):
+    b, h, v = files(tmp_path, timing_run(), timing_run(), verify_run())
+    assert main(["gate", b, h]) == 1
+    assert "give head's accuracy checks with --verify FILE" in capsys.readouterr().err
+    assert main(["gate", b, v, "--verify", v]) == 1
+    assert (
+        "not a timing run (it holds `bench verify` checks: give it with --verify)" in capsys.readouterr().err
+    )
+    assert main(["gate", b, h, "--verify", h]) == 1
+    assert "--verify " + h + ": not a `bench verify` file (timing cases" in capsys.readouterr().err
+    assert main(["gate", b, str(tmp_path / "missing.json"), "--verify", v]) == 1
+
+
+def test_filter_narrows_both_timing_and_checks(tmp_path):
+    b, h, v = files(tmp_path, timing_run(), timing_run(), verify_run(exact=False))
+    # the failing check is ulysses'; narrowed to p2p the change passes
+    assert gate_command.run(b, h, verify=[v], filters=["mode=p2p"], console=QUIET) == 0
+    assert gate_command.run(b, h, verify=[v], filters=["mode=ulysses"], console=QUIET) == 4
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the project's git checkout")
+def test_refs_run_through_bench_compare(tmp_path, monkeypatch):
+    b, h, v = files(tmp_path, timing_run(), timing_run(), verify_run())
+    seen = {}
+
+    def fake_compare(base, head, scenarios, *, save_dir, **kwargs):
+        """What `bench compare REF REF --save-dir` leaves: both sides' files in the folder."""
+        seen.update(base=base, head=head, scenarios=list(scenarios), save_dir=save_dir)
+        shutil.copy(b, Path(save_dir) / "base-x.json")
+        shutil.copy(h, Path(save_dir) / "head-x.json")
+        return 0
+
+    monkeypatch.setattr(gate_command.compare_command, "run", fake_compare)
+    monkeypatch.chdir(REPO)
+    code = gate_command.run("HEAD", "HEAD", ["tiny"], verify=[v], save_dir=str(tmp_path), console=QUIET)
+    assert code == 0 and seen == {
+        "base": "HEAD",
+        "head": "HEAD",
+        "scenarios": ["tiny"],
+        "save_dir": str(tmp_path),
+    }
