@@ -186,6 +186,7 @@ def compare_layer_under_cp(
     layer_hook=None,
     layout: str = DEFAULT_LAYOUT,
     documents: Sequence[int] | None = None,
+    overlap: bool = False,
 ) -> LayerComparison:
     """Run on every rank of `group`: the CP layer vs the full-sequence reference with identical weights.
 
@@ -200,6 +201,7 @@ def compare_layer_under_cp(
         documents: global document boundaries [0, ..., seq_len] of a packed batch (batch 1): the CP layer
             gets them as cu_seqlens, and the reference runs every document on its own, as if alone (so the
             comparison also proves that nothing crosses a boundary)
+        overlap: the CP layer's LinearAttentionContextParallel.overlap
     """
     rank, _ = group_rank_size(group)
     gen = torch.Generator().manual_seed(seed)
@@ -210,9 +212,9 @@ def compare_layer_under_cp(
     x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
     grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
 
-    LinearAttentionContextParallel(mode=mode, checkpoint_summary=checkpoint_summary, layout=layout).apply(
-        cp_layer, group
-    )
+    LinearAttentionContextParallel(
+        mode=mode, checkpoint_summary=checkpoint_summary, layout=layout, overlap=overlap
+    ).apply(cp_layer, group)
     if layer_hook is not None:
         layer_hook(cp_layer)
     cu_seqlens = None if documents is None else torch.tensor(list(documents), device=device)

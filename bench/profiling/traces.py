@@ -17,6 +17,10 @@ with no need for the ranks' clocks to agree):
   rank) starts, and a send waits until the matching receive starts;
 - each collective kind: its blocked time minus its waiting (moving data, and the backend's own work);
 - compute: the step's time outside blocked intervals (kernels, Python, autograd on the calling thread).
+Transfers posted ahead and waited for later (gdn_cp.distributed.transfers, the overlap of the summary
+exchange): their c10d ops, inside a range flagged as posted, block only while they run (the data moves on
+gloo's threads meanwhile, so their backend events do not extend them); the wait, a `gdn_cp.wait.<kind>`
+range, is a blocked interval that counts as waiting in full: by then the rank has nothing else to do.
 The categories add up to the step time. Averages over the profiled steps are reported.
 
 On cuda and npu the host view differs: NCCL/HCCL collectives are asynchronous on the host, so the calling
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gdn_cp.distributed.comm_stats import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P
+from gdn_cp.distributed.transfers import POSTED_SUFFIX, WAIT_LABEL
 
 STEP_LABEL = "bench.step"
 """The record_function name of one profiled step."""
@@ -72,6 +77,11 @@ BACKEND_EVENTS: dict[str, str] = {
 }
 """Events gloo records on its worker threads for the asynchronous collectives, by kind."""
 
+WAIT_PREFIX = WAIT_LABEL.format(kind="")
+"""Starts the name of the range around the wait for a posted transfer (the kind follows)."""
+WAIT_OP = "wait"
+"""Collective.op of such a wait."""
+
 PEER_ARG = 2
 """Index of the peer rank in `Concrete Inputs` of c10d::send / c10d::recv_ (tensors, group, peer, tag)."""
 
@@ -97,6 +107,10 @@ class Collective:
     @property
     def is_send(self) -> bool:
         return self.op == "c10d::send"
+
+    @property
+    def is_wait(self) -> bool:
+        return self.op == WAIT_OP
 
 
 @dataclass(slots=True)
@@ -128,15 +142,16 @@ def _peer(event: dict[str, Any]) -> int | None:
         return None
 
 
-def _labelled_kind(op: dict[str, Any], labels: Sequence[dict[str, Any]]) -> str | None:
-    """The kind of the gdn_cp range enclosing a c10d op, if any."""
+def _label(op: dict[str, Any], labels: Sequence[dict[str, Any]]) -> tuple[str | None, bool]:
+    """(the kind of the gdn_cp range enclosing a c10d op, if any; whether that range posts ahead)."""
     t0 = float(op["ts"])
     t1 = t0 + float(op["dur"])
     for label in labels:
         start = float(label["ts"])
         if start <= t0 and t1 <= start + float(label["dur"]):
-            return label["name"][len(LABEL_PREFIX) :]
-    return None
+            name = label["name"][len(LABEL_PREFIX) :]
+            return name.removesuffix(POSTED_SUFFIX), name.endswith(POSTED_SUFFIX)
+    return None, False
 
 
 def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
@@ -151,7 +166,11 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
         (e for e in events if e["name"] in COLLECTIVE_OPS and e.get("tid") == main),
         key=lambda e: float(e["ts"]),
     )
-    labels = [e for e in events if e["name"].startswith(LABEL_PREFIX) and e.get("tid") == main]
+    on_main = [e for e in events if e.get("tid") == main]
+    waits = sorted((e for e in on_main if e["name"].startswith(WAIT_PREFIX)), key=lambda e: float(e["ts"]))
+    labels = [
+        e for e in on_main if e["name"].startswith(LABEL_PREFIX) and not e["name"].startswith(WAIT_PREFIX)
+    ]
     backend: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in sorted((e for e in events if e["name"] in BACKEND_EVENTS), key=lambda e: float(e["ts"])):
         backend[BACKEND_EVENTS[e["name"]]].append(e)
@@ -160,14 +179,17 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
     taken: dict[str, int] = defaultdict(int)
     ends: dict[int, float] = {}
     unpaired: set[int] = set()
+    kinds: dict[int, tuple[str | None, bool]] = {}
     for i, op in enumerate(ops):
         kind = COLLECTIVE_OPS[op["name"]]
+        kinds[i] = _label(op, labels)
         end = float(op["ts"]) + float(op["dur"])
         if kind != P2P:
             if taken[kind] < len(backend[kind]):
                 event = backend[kind][taken[kind]]
                 taken[kind] += 1
-                end = max(end, float(event["ts"]) + float(event["dur"]))
+                if not kinds[i][1]:  # posted ahead: the caller computes while gloo moves the data
+                    end = max(end, float(event["ts"]) + float(event["dur"]))
             else:
                 unpaired.add(i)
         ends[i] = end
@@ -181,13 +203,22 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
                 timeline.unpaired += i in unpaired
                 st.collectives.append(
                     Collective(
-                        kind=_labelled_kind(op, labels) or kind,
+                        kind=kinds[i][0] or kind,
                         op=op["name"],
                         start_us=t - start,
                         end_us=min(ends[i], stop) - start,
                         peer=_peer(op) if kind == P2P else None,
                     )
                 )
+        for w in waits:
+            t = float(w["ts"])
+            if start <= t < stop:
+                end = min(t + float(w["dur"]), stop)
+                kind = w["name"][len(WAIT_PREFIX) :]
+                st.collectives.append(
+                    Collective(kind=kind, op=WAIT_OP, start_us=t - start, end_us=end - start)
+                )
+        st.collectives.sort(key=lambda c: c.start_us)
         timeline.steps.append(st)
     return timeline
 
@@ -213,9 +244,9 @@ def _waits(timelines: Sequence[RankTimeline], s: int) -> dict[tuple[int, int], f
     waits: dict[tuple[int, int], float] = {}
     per_rank = [list(enumerate(t.steps[s].collectives)) for t in timelines]
     # group collectives: the i-th call of a kind is the same collective on every rank
-    kinds = {c.kind for calls in per_rank for _, c in calls if c.kind != P2P}
+    kinds = {c.kind for calls in per_rank for _, c in calls if c.kind != P2P and not c.is_wait}
     for kind in kinds:
-        lists = [[(i, c) for i, c in calls if c.kind == kind] for calls in per_rank]
+        lists = [[(i, c) for i, c in calls if c.kind == kind and not c.is_wait] for calls in per_rank]
         if len({len(x) for x in lists}) != 1:
             continue  # the ranks disagree on how many there were: leave them unmatched
         for calls in zip(*lists, strict=True):
@@ -253,7 +284,7 @@ def breakdown(timelines: Sequence[RankTimeline]) -> list[RankBreakdown]:
             out.step_us += step.duration_us
             blocked = 0.0
             for i, c in enumerate(step.collectives):
-                wait = waits.get((r, i), 0.0)
+                wait = c.duration_us if c.is_wait else waits.get((r, i), 0.0)
                 blocked += c.duration_us
                 out.waiting_us += wait
                 out.collectives_us[c.kind] = out.collectives_us.get(c.kind, 0.0) + c.duration_us - wait

@@ -2,14 +2,12 @@
 the communication model, and LinearAttentionContextParallel."""
 
 from gdn_cp.distributed.collectives import (
-    all_gather_stack,
     all_reduce_gradients,
     all_to_all,
     all_to_all_single,
     exchange_halo,
     exchange_halo_with_header,
     exchange_header,
-    state_chain,
     sum_with_outputs,
 )
 from gdn_cp.distributed.comm_stats import CommStats, count_communication
@@ -29,6 +27,7 @@ from gdn_cp.distributed.modes import (
 )
 from gdn_cp.distributed.platform import DEVICES, Platform, PlatformError, resolve_platform
 from gdn_cp.distributed.sharding import check_layout_split, gather_sequence, shard_sequence
+from gdn_cp.distributed.transfers import InFlight, all_gather_stack, shift_pieces, state_chain
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -39,6 +38,7 @@ __all__ = [
     "SUMMARY_MODES",
     "CPMode",
     "CommStats",
+    "InFlight",
     "Layout",
     "LinearAttentionContextParallel",
     "ModeName",
@@ -65,6 +65,7 @@ __all__ = [
     "resolve_platform",
     "run_on_ranks",
     "shard_sequence",
+    "shift_pieces",
     "state_chain",
     "sum_with_outputs",
 ]

@@ -5,17 +5,13 @@
 - `exchange_halo_with_header`: the tokens just before each of this rank's pieces, from earlier pieces, for
   Conv1D, and every rank's header (piece lengths, input checks), in one all-to-all whose message sizes do not
   depend on the lengths. `exchange_header`: the header alone (one small all-gather).
-- `all_gather_stack`: stack one tensor per rank; backward sums each rank's slot back to its owner.
-- `state_chain`: the piece-to-piece recurrent state hand-off H_out = M @ H_in + S in global order (forward
-  r-1 -> r -> r+1, backward r+1 -> r -> r-1 for contiguous shards).
 - `sum_with_outputs`: a replicated sum of per-rank shares (final states), tied to the outputs.
-- `shift_pieces`: every piece's tensor to the piece `distance` later, in one round of point-to-point messages
-  (the rounds of the scan mode's parallel prefix).
 - `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
 - `broadcast_module_tensors`: one rank's parameters and buffers to every rank (setup, not counted).
 
-All of them are no-ops (or identities) on a group of one rank. Every wire transfer reports to comm_stats and
-runs inside a `gdn_cp.<kind>` profiler range.
+The transfers of states and summaries that compute can overlap (state_chain, shift_pieces,
+all_gather_stack) are in gdn_cp.distributed.transfers. All of them are no-ops (or identities) on a group of
+one rank. Every wire transfer reports to comm_stats and runs inside a `gdn_cp.<kind>` profiler range.
 """
 
 from __future__ import annotations
@@ -159,7 +155,7 @@ def all_to_all(
 
 
 # torch 2.13 renamed all_gather_into_tensor to all_gather_single; older releases only have the former.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 HEADER_DIGITS = 4
@@ -304,116 +300,8 @@ def exchange_header(
     out = mine.new_empty(size * mine.numel())
     moved = _nbytes(mine.numel() * (size - 1), mine)
     with _on_wire(comm_stats.ALL_GATHER, moved, moved):
-        _all_gather_single(out, mine, group=group)
+        all_gather_single(out, mine, group=group)
     return out.view(size, -1).tolist()
-
-
-class _AllGather(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        _, size = group_rank_size(group)
-        flat = x.reshape(-1).contiguous()  # gloo wants the concatenated (not stacked) output form
-        out = flat.new_empty(size * flat.numel())
-        moved = _nbytes(flat.numel() * (size - 1), x)
-        with _on_wire(comm_stats.ALL_GATHER, moved, moved):
-            _all_gather_single(out, flat, group=group)
-        return out.view(size, *x.shape)
-
-    @staticmethod
-    def backward(ctx, grad):
-        # Slot j of every rank's output came from rank j: send each slot home and sum what arrives.
-        _, size = group_rank_size(ctx.group)
-        return _exchange(grad, [1] * size, [1] * size, ctx.group, comm_stats.ALL_GATHER).sum(0), None
-
-
-def all_gather_stack(x: torch.Tensor, group: ProcessGroup | None = None) -> torch.Tensor:
-    """Differentiable all-gather: x [...] -> [cp, ...], slot j holding rank j's x."""
-    _, size = group_rank_size(group)
-    if size == 1:
-        return x.unsqueeze(0)
-    return _AllGather.apply(x, group)
-
-
-def _send(t: torch.Tensor, peer: int, group: ProcessGroup | None) -> None:
-    with _on_wire(comm_stats.P2P, t.numel() * t.element_size(), 0):
-        dist.send(t.contiguous(), group_dst=peer, group=group)
-
-
-def _recv(like: torch.Tensor, peer: int, group: ProcessGroup | None) -> torch.Tensor:
-    buf = torch.empty_like(like, memory_format=torch.contiguous_format)
-    with _on_wire(comm_stats.P2P, 0, buf.numel() * buf.element_size()):
-        dist.recv(buf, group_src=peer, group=group)
-    return buf
-
-
-class _StateChain(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, S, M, group, owners):
-        rank, _ = group_rank_size(group)
-        mine = [j for j, owner in enumerate(owners) if owner == rank]
-        h_in = torch.empty_like(S)
-        previous = None  # H_out of this rank's previous piece, when the next piece is also here
-        for at, j in enumerate(mine):
-            if j == 0:
-                h = torch.zeros_like(S[at])
-            elif owners[j - 1] == rank:
-                h = previous
-            else:
-                h = _recv(S[at], owners[j - 1], group)
-            h_in[at] = h
-            previous = M[at] @ h + S[at]
-            if j + 1 < len(owners) and owners[j + 1] != rank:
-                _send(previous, owners[j + 1], group)
-        ctx.save_for_backward(M, h_in)
-        ctx.group, ctx.owners = group, owners
-        return h_in
-
-    @staticmethod
-    def backward(ctx, grad_h_in):
-        M, h_in = ctx.saved_tensors
-        group, owners = ctx.group, ctx.owners
-        rank, _ = group_rank_size(group)
-        mine = [j for j, owner in enumerate(owners) if owner == rank]
-        d_S, d_M = torch.empty_like(h_in), torch.empty_like(M)
-        later = None  # dL/dH_in of this rank's next piece, when the previous piece is also here
-        for at in range(len(mine) - 1, -1, -1):
-            j = mine[at]
-            if j == len(owners) - 1:
-                d_out = torch.zeros_like(h_in[at])
-            elif owners[j + 1] == rank:
-                d_out = later
-            else:
-                d_out = _recv(h_in[at], owners[j + 1], group)  # dL/dH_out is the next piece's dL/dH_in
-            d_S[at] = d_out
-            d_M[at] = d_out @ h_in[at].transpose(-1, -2)
-            later = grad_h_in[at] + M[at].transpose(-1, -2) @ d_out
-            if j > 0 and owners[j - 1] != rank:
-                _send(later, owners[j - 1], group)
-        return d_S, d_M, None, None
-
-
-def state_chain(
-    S: torch.Tensor, M: torch.Tensor, group: ProcessGroup | None = None, owners: Sequence[int] | None = None
-) -> torch.Tensor:
-    """The state entering each of this rank's pieces, handed from piece to piece in global order.
-
-    Forward, for each piece j held here: receive H_in from the holder of piece j-1 (zeros for piece 0), send
-    H_out = M @ H_in + S to the holder of piece j+1 (kept here when it is this rank). Backward, in reverse:
-    receive dL/dH_out from the holder of piece j+1, send dL/dH_in = (local grad) + M^T dL/dH_out back;
-    dS = dL/dH_out, dM = dL/dH_out H_in^T. One [B, Hv, K, V] state crosses each hop, each way.
-
-    Args:
-        S: [P, B, Hv, K, V] and M: [P, B, Hv, K, K], the summaries of this rank's P pieces (increasing order)
-        owners: the rank holding each global piece (default: piece r on rank r)
-    Returns:
-        H_in [P, B, Hv, K, V]
-    """
-    _, size = group_rank_size(group)
-    owners = tuple(range(size)) if owners is None else tuple(owners)
-    if size == 1 and len(owners) == 1:
-        return torch.zeros_like(S)
-    return _StateChain.apply(S, M, group, owners)
 
 
 class _SharedWithOutputs(torch.autograd.Function):
@@ -450,66 +338,6 @@ def sum_with_outputs(
     if size == 1:
         return o, part
     return _SharedWithOutputs.apply(o, part, group)
-
-
-class _PieceShift(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, distance, group, owners):
-        ctx.distance, ctx.group, ctx.owners = distance, group, owners
-        return _shift_pieces(x, distance, group, owners)
-
-    @staticmethod
-    def backward(ctx, grad):
-        # y[v] = x[v - d], so dx[v] = dy[v + d]: the same exchange the other way.
-        return _shift_pieces(grad, -ctx.distance, ctx.group, ctx.owners), None, None, None
-
-
-def _shift_pieces(
-    x: torch.Tensor, distance: int, group: ProcessGroup | None, owners: tuple[int, ...]
-) -> torch.Tensor:
-    rank, _ = group_rank_size(group)
-    mine = [j for j, owner in enumerate(owners) if owner == rank]
-    at = {j: i for i, j in enumerate(mine)}
-    out = torch.zeros_like(x)
-    ops, arrivals = [], []
-    for i, j in enumerate(mine):
-        target, source = j + distance, j - distance
-        if 0 <= target < len(owners):
-            if owners[target] == rank:
-                out[at[target]] = x[i]
-            else:
-                ops.append(dist.P2POp(dist.isend, x[i].contiguous(), group=group, group_peer=owners[target]))
-                comm_stats.record(comm_stats.P2P, _nbytes(x[i].numel(), x), 0)
-        if 0 <= source < len(owners) and owners[source] != rank:
-            buf = torch.empty_like(x[i], memory_format=torch.contiguous_format)
-            ops.append(dist.P2POp(dist.irecv, buf, group=group, group_peer=owners[source]))
-            comm_stats.record(comm_stats.P2P, 0, _nbytes(buf.numel(), buf))
-            arrivals.append((i, buf))
-    if ops:
-        with torch.profiler.record_function(PROFILER_LABEL.format(kind=comm_stats.P2P)):
-            for work in dist.batch_isend_irecv(ops):
-                work.wait()
-    for i, buf in arrivals:
-        out[i] = buf
-    return out
-
-
-def shift_pieces(
-    x: torch.Tensor, distance: int, group: ProcessGroup | None = None, owners: Sequence[int] | None = None
-) -> torch.Tensor:
-    """y[v] = x[v - distance] for each of this rank's pieces v (zeros where v - distance is no piece), over
-    the pieces of the global sequence held by `owners` (default: piece r on rank r). One round of
-    point-to-point messages (batch_isend_irecv), a piece passed to its own holder locally. Differentiable:
-    the backward is the shift the other way.
-
-    Args:
-        x: [P, ...] one tensor per piece of this rank, in increasing global order
-    Returns:
-        [P, ...]
-    """
-    _, size = group_rank_size(group)
-    owners = tuple(range(size)) if owners is None else tuple(owners)
-    return _PieceShift.apply(x, distance, group, owners)
 
 
 def all_reduce_gradients(parameters: Iterable[torch.nn.Parameter], group: ProcessGroup | None = None) -> None:

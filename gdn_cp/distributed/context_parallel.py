@@ -83,8 +83,9 @@ def _source_rank(group: ProcessGroup, src_data_rank: int) -> int:
 class LinearAttentionContextParallel(ParallelStyle):
     """Context parallelism for a GatedDeltaNet layer (design.md section 3), as a torch ParallelStyle.
 
-    `mode` and `checkpoint_summary` are fixed at construction (assigning them raises AttributeError: build
-    another style); `src_data_rank` is the one attribute `parallelize_module` sets on every call.
+    `mode`, `checkpoint_summary`, `layout` and `overlap` are fixed at construction (assigning them raises
+    AttributeError: build another style); `src_data_rank` is the one attribute `parallelize_module` sets on
+    every call.
     """
 
     mode: str = DEFAULT_MODE
@@ -97,6 +98,11 @@ class LinearAttentionContextParallel(ParallelStyle):
     """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS): "contiguous" (rank r holds the
     r-th slice, of any length) or "zigzag" (chunks r and 2 cp - 1 - r of 2 cp, full attention's
     load-balanced layout), for the layer's input and output alike."""
+    overlap: bool = False
+    """Modes with a summary: compute the part of the outputs that does not read the entering state while the
+    summary exchange is in flight, and add the part that does when it arrives (forward and backward). About
+    one more chunk scan of work for the exchange's latency: worth it where the exchange waits long (many
+    ranks, slow links); off by default because on a fast link the extra work costs more than it hides."""
     src_data_rank: int | None = field(default=0, init=False, repr=False, compare=False)
     """ParallelStyle's contract, set by `parallelize_module(..., src_data_rank=0)`: the CP group rank whose
     parameters every rank takes (broadcast in `_apply`, so the layer computes what the single-device one
@@ -141,7 +147,7 @@ class LinearAttentionContextParallel(ParallelStyle):
                 "linear attention TP+CP is not supported yet: apply CP without a tensor-parallel group"
             )
         _check_not_tensor_parallel(module, group)
-        executor = mode_class(self.mode)(group, self.checkpoint_summary, self.layout)
+        executor = mode_class(self.mode)(group, self.checkpoint_summary, self.layout, self.overlap)
         check_cp_shapes(self.mode, module.config, executor.size)
         module.context_parallel = executor
         return module

@@ -34,6 +34,7 @@ def cp_chunk_gated_delta_rule(
     mode: str = "p2p",
     layout: str = DEFAULT_LAYOUT,
     checkpoint_summary: bool = True,
+    overlap: bool = False,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """gdn_cp.ops.chunk_gated_delta_rule over the global sequence, called on every rank of `group` with its
@@ -55,6 +56,8 @@ def cp_chunk_gated_delta_rule(
         layout: "contiguous" (rank r holds the r-th slice, of any length) or "zigzag" (global chunks r and
             2 cp - 1 - r of 2 cp, concatenated; T divisible by 2 cp), in and out
         checkpoint_summary: modes with a summary: recompute it in backward instead of keeping its graph
+        overlap: modes with a summary: compute the outputs' state-free part while the exchange is in flight
+            (gdn_cp.distributed.LinearAttentionContextParallel.overlap)
         chunk_size: C
     Returns:
         o [B, L, Hv, V] this rank's output shard; the final state(s) or None.
@@ -63,7 +66,7 @@ def cp_chunk_gated_delta_rule(
     the wrong shape, a zigzag T that does not divide by 2 cp) raises the same ValueError on every rank, after
     one small header exchange and before any collective that depends on it.
     """
-    executor = mode_class(mode)(as_process_group(group), checkpoint_summary, layout)
+    executor = mode_class(mode)(as_process_group(group), checkpoint_summary, layout, overlap)
     return executor.gated_delta_rule(
         q,
         k,

@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.distributed import ProcessGroup
 
-from gdn_cp.distributed.collectives import all_gather_stack, exchange_header, group_rank_size
+from gdn_cp.distributed.collectives import exchange_header, group_rank_size
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT, check_layout, check_zigzag_split, zigzag_order
+from gdn_cp.distributed.transfers import all_gather_stack
 
 
 def check_sequence_split(seq_len: int, cp_size: int) -> None:

@@ -22,7 +22,14 @@ Every op takes (q, k, v, g, beta) in that order. Inputs in bf16/fp16 are accumul
 come back in the input dtype; fp64 stays fp64.
 """
 
-from gdn_cp.ops.chunk import ChunkIntermediates, chunk_gated_delta_rule, chunk_outputs, prepare_chunks
+from gdn_cp.ops.chunk import (
+    ChunkIntermediates,
+    SplitOutputs,
+    chunk_gated_delta_rule,
+    chunk_outputs,
+    prepare_chunks,
+    split_chunk_outputs,
+)
 from gdn_cp.ops.conv import causal_conv1d
 from gdn_cp.ops.documents import check_packed_batch, document_bounds, document_positions
 from gdn_cp.ops.flops import chunk_gdn_flops
@@ -40,6 +47,7 @@ from gdn_cp.ops.summary import (
 
 __all__ = [
     "ChunkIntermediates",
+    "SplitOutputs",
     "apply_summary",
     "causal_conv1d",
     "check_packed_batch",
@@ -57,5 +65,6 @@ __all__ = [
     "pack_summary",
     "prepare_chunks",
     "recurrent_gated_delta_rule",
+    "split_chunk_outputs",
     "unpack_summary",
 ]

@@ -661,6 +661,96 @@ def chunk_outputs(
     return _outputs(o, chunks.seq_len, chunks.grid, chunks.dtype), final
 
 
+@dataclass(frozen=True, slots=True)
+class SplitOutputs:
+    """Outputs of prepared chunks split by what they need of the states entering the segments: the part
+    computed from the segments' fresh states alone (`free`) and the linear map of the entering states
+    (`q_eff`), so that o = free + q_eff H_in and final = final_free + final_map H_in for the H_in of each
+    token's segment. The CP modes compute it while H_in is in flight (`split_chunk_outputs`) and finish with
+    `with_entering_states` once it has arrived.
+
+    q_eff is the output the chunk scan gives from the identity: for a segment entered with H, every chunk
+    state is Phi_n H (Phi_n the product of the chunk maps before chunk n), so o_n = (Qg - P W) Phi_n H.
+    Tensors are in the accumulation dtype, [B, Hk, G, ...] grouped like ChunkIntermediates.
+    """
+
+    free: torch.Tensor
+    """[B, Hk, G, N, C, V]"""
+    q_eff: torch.Tensor
+    """[B, Hk, G, N, C, K]"""
+    final_free: torch.Tensor
+    """[B, Hk, G, n, K, V]: each segment's leaving state from its fresh state."""
+    final_map: torch.Tensor
+    """[B, Hk, G, n, K, K]: M of each segment (zero where a segment does not read H_in)."""
+    chunk_segment: torch.Tensor
+    """[N] the segment of each chunk."""
+    seq_len: int
+    dtype: torch.dtype
+    grid: ChunkGrid
+    per_segment: bool
+
+    def with_entering_states(
+        self, entering: torch.Tensor, output_final_state: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(o [B, T, Hv, V] in the inputs' dtype, final state(s) or None) given the state entering every
+        segment: entering [B, n, Hv, K, V] (per segment) or [B, Hv, K, V], like `chunk_outputs`'
+        initial_state."""
+        K = self.q_eff.shape[-1]
+        h = _segment_states(entering, self.free, self.grid.num_segments, K)  # [B, Hk, G, n, K, V]
+        o = self.free + self.q_eff @ h.index_select(3, self.chunk_segment)
+        final = None
+        if output_final_state:
+            final = _segment_results(self.final_free + self.final_map @ h, self.per_segment)
+        return _outputs(o, self.seq_len, self.grid, self.dtype), final
+
+
+def split_chunk_outputs(
+    chunks: ChunkIntermediates,
+    fresh_state: torch.Tensor | None = None,
+    carried: torch.Tensor | None = None,
+) -> SplitOutputs:
+    """The outputs of prepared chunks, before the states entering their segments are known (SplitOutputs).
+
+    One chunk scan of width V + K: U extended by K zero columns, each segment entered with [fresh | I] (its
+    fresh state and the identity), so the first V columns are the outputs from the fresh states and the last K
+    the map of H_in (the scan is linear in the entering state). About twice a plain scan's work.
+
+    Args:
+        chunks: from `prepare_chunks`
+        fresh_state: like `chunk_outputs`' initial_state ([B, Hv, K, V] or [B, n, Hv, K, V]): what a segment
+            that does not read H_in starts from; None: zeros
+        carried: [n] bool, which segments read H_in (their fresh state is then ignored); None: all
+    """
+    w, u = chunks.w_grouped, chunks.u_grouped
+    B, Hk, G, K, V = (*w.shape[:3], w.shape[-1], u.shape[-1])
+    grid = chunks.grid
+    n = grid.num_segments
+    expected = (B, n, Hk * G, K, V) if chunks.per_segment else (B, Hk * G, K, V)
+    _check_state_shape(fresh_state, expected, "[B, n, Hv, K, V]" if chunks.per_segment else "[B, Hv, K, V]")
+    carried = torch.ones(n, dtype=torch.bool, device=u.device) if carried is None else carried.to(u.device)
+    keep = carried.view(1, 1, 1, n, 1, 1)
+    fresh = torch.where(keep, 0.0, _segment_states(fresh_state, u, n, K))
+    eye = torch.eye(K, dtype=u.dtype, device=u.device).expand(B, Hk, G, n, K, K)
+    h0 = torch.cat([fresh, torch.where(keep, eye, 0.0)], dim=-1)
+    u_ext = torch.cat([u, u.new_zeros(*u.shape[:-1], K)], dim=-1)
+    o, final = _ChunkScan.apply(
+        chunks.q_decayed, chunks.k_tail_grouped, w, u_ext, chunks.attn_grouped, chunks.decay_grouped, h0, grid
+    )
+    offsets = torch.tensor(grid.chunk_offsets, device=u.device)
+    chunk_segment = torch.bucketize(torch.arange(grid.num_chunks, device=u.device), offsets[1:], right=True)
+    return SplitOutputs(
+        free=o[..., :V],
+        q_eff=o[..., V:],
+        final_free=final[..., :V],
+        final_map=final[..., V:],
+        chunk_segment=chunk_segment,
+        seq_len=chunks.seq_len,
+        dtype=chunks.dtype,
+        grid=grid,
+        per_segment=chunks.per_segment,
+    )
+
+
 def chunk_gated_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -199,3 +199,28 @@ def test_gdn_cp_ranges_name_the_collective_the_backend_cannot_tell_apart():
         ("halo", 10, 30),
         ("all_to_all", 45, 57),
     ]
+
+
+def test_posted_transfers_block_only_while_posting_and_their_wait_is_waiting():
+    """A transfer posted ahead (the overlap): its all-gather's backend event runs while the caller computes,
+    so the blocked interval is the c10d op's own; the `gdn_cp.wait.*` range around its wait is waiting."""
+
+    def x(name, ts, dur, tid=1):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid, "args": {}}
+
+    trace = {
+        "traceEvents": [
+            x("bench.step", 1000, 100),
+            x("gdn_cp.all_gather:posted", 1010, 4),
+            x("c10d::_allgather_base_", 1011, 2),
+            x("gloo:all_gather", 1013, 40, tid=2),  # moves the data while the caller computes until 1060
+            x("gdn_cp.wait.all_gather", 1060, 15),
+        ]
+    }
+    (step,) = read_timeline(trace, rank=0).steps
+    assert [(c.kind, c.op, c.start_us, c.end_us) for c in step.collectives] == [
+        ("all_gather", "c10d::_allgather_base_", 11, 13),
+        ("all_gather", "wait", 60, 75),
+    ]
+    (b,) = breakdown([RankTimeline(rank=0, steps=[step])])
+    assert (b.compute_us, b.collectives_us, b.waiting_us) == (83, {"all_gather": 2}, 15)

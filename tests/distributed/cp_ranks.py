@@ -121,6 +121,7 @@ def run_world(world: int) -> dict[str, Any]:
         "all_reduce_gradients": check_all_reduce_gradients(),
         "layer": layer_comparisons(layer_cases(world)),
         "checkpoint_on_off": {m: checkpoint_on_off(m, 3 * world) for m in SUMMARY_MODES},
+        "overlap": overlap_comparisons(world),
         "communication": measured_communication(world),
     }
     if world in HYBRID_WORLDS:
@@ -130,6 +131,29 @@ def run_world(world: int) -> dict[str, Any]:
         out["errors"] = error_messages()
         out["parallel_style"] = parallel_style_checks()
     return out
+
+
+def overlap_comparisons(world: int) -> dict[LayerCase, LayerComparison]:
+    """The layer with overlap on, in every summary mode, against the single-device layer: fp64 and fp32 at
+    6 tokens per rank (checkpoint on and off), and 1 token per rank."""
+    cases = [
+        (mode, dtype, ckpt, 6 * world)
+        for mode in SUMMARY_MODES
+        for dtype in ("fp64", "fp32")
+        for ckpt in (True, False)
+    ] + [(mode, "fp64", True, world) for mode in SUMMARY_MODES]
+    return {
+        case: compare_layer_under_cp(
+            layer_config(case[1]),
+            mode=case[0],
+            checkpoint_summary=case[2],
+            seq_len=case[3],
+            batch=2,
+            seed=1,
+            overlap=True,
+        )
+        for case in cases
+    }
 
 
 def checkpoint_on_off(mode: str, seq_len: int) -> float:

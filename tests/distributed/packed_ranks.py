@@ -18,6 +18,7 @@ from gdn_cp import GatedDeltaNet, GatedDeltaNetConfig, LinearAttentionContextPar
 from gdn_cp.accuracy import Thresholds, compare_layer_under_cp
 from gdn_cp.distributed import (
     MODES,
+    SUMMARY_MODES,
     all_gather_stack,
     all_reduce_gradients,
     count_communication,
@@ -67,6 +68,7 @@ def op_case(
     checkpoint: bool = True,
     dtype: torch.dtype = torch.float64,
     states: bool = True,
+    overlap: bool = False,
 ) -> dict[str, float]:
     """cp_chunk_gated_delta_rule vs the recurrent reference on the whole sequence (per document): outputs,
     final states (and that every rank holds the same), the gradients of q, k, v, g, beta and of the initial
@@ -101,6 +103,7 @@ def op_case(
         mode=mode,
         layout=layout,
         checkpoint_summary=checkpoint,
+        overlap=overlap,
         chunk_size=CHUNK,
     )
     loss = (o * shard_sequence(w_o, layout=layout, lengths=lengths).to(dtype)).sum()
@@ -146,6 +149,17 @@ def op_cases(world: int, dtype: torch.dtype = torch.float64) -> dict[tuple, dict
         for checkpoint in (True, False) if mode != "ulysses" else (True,):
             out[(mode, f"uneven-edges-ckpt{int(checkpoint)}")] = op_case(
                 world, mode, lengths=lengths, documents=edges, checkpoint=checkpoint, dtype=dtype
+            )
+        if mode in SUMMARY_MODES:  # the overlapped outputs (split by the entering state), states in and out
+            out[(mode, "batch-overlap")] = op_case(world, mode, batch=2, dtype=dtype, overlap=True)
+            out[(mode, "uneven-spanning-overlap")] = op_case(
+                world, mode, lengths=lengths, documents=spanning, dtype=dtype, overlap=True
+            )
+            out[(mode, "zigzag-packed-overlap")] = op_case(
+                world, mode, layout="zigzag", documents=zigzag_docs, dtype=dtype, overlap=True
+            )
+            out[(mode, "zigzag-packed-stateless-overlap")] = op_case(
+                world, mode, layout="zigzag", documents=zigzag_docs, dtype=dtype, states=False, overlap=True
             )
     return out
 
@@ -340,6 +354,17 @@ def run_world(world: int) -> dict[str, Any]:
                 world, mode, lengths=UNEVEN[world][0], documents=UNEVEN[world][1], dtype=torch.float32
             )
             for mode in MODES
+        },
+        "op_fp32_overlap": {
+            mode: op_case(
+                world,
+                mode,
+                lengths=UNEVEN[world][0],
+                documents=UNEVEN[world][1],
+                dtype=torch.float32,
+                overlap=True,
+            )
+            for mode in SUMMARY_MODES
         },
         "layer": layer_cases(world),
         "layer_bf16": bf16_layer_cases(world),

@@ -69,6 +69,17 @@ def test_mode_matches_the_reference(world_results, mode: str, world: int) -> Non
         assert not results[case].missing_grads and len(results[case].params) == 9, _case_id(case)
 
 
+@pytest.mark.parametrize("world", [1, 2, 3, 4], ids=lambda w: f"cp{w}")
+def test_overlap_matches_the_reference(world_results, world: int) -> None:
+    """Overlap on (the outputs' state-free part computed while the summary exchange is in flight, forward and
+    backward) in every summary mode: the same bars as without it."""
+    results = world_results(world)[0]["overlap"]
+    assert {c[0] for c in results} == set(SUMMARY_MODES)
+    failures = {_case_id(c): results[c].failures(_bars(c, results[c])) for c in results}
+    assert not any(failures.values()), {k: v for k, v in failures.items() if v}
+    assert all(not r.missing_grads and len(r.params) == 9 for r in results.values())
+
+
 def test_ulysses_is_exercised_where_heads_split() -> None:
     assert [w for w in (1, 2, 3, 4) if "ulysses" in cp_ranks.modes_for(w)] == [1, 2, 4]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import packed_ranks
 import pytest
 
-from gdn_cp.distributed import MODES, run_on_ranks
+from gdn_cp.distributed import MODES, SUMMARY_MODES, run_on_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -49,10 +49,24 @@ def test_op_matches_the_per_document_reference_in_fp64(results, world) -> None:
 
 
 @pytest.mark.parametrize("world", WORLDS)
-def test_op_in_fp32(results, world) -> None:
-    for mode, errors in results(world)[0]["op_fp32"].items():
+@pytest.mark.parametrize("cases", ["op_fp32", "op_fp32_overlap"])
+def test_op_in_fp32(results, world, cases) -> None:
+    found = results(world)[0][cases]
+    assert set(found) == set(MODES if cases == "op_fp32" else SUMMARY_MODES)
+    for mode, errors in found.items():
         bad = {name: e for name, e in errors.items() if name != "final_same_on_every_rank" and not e <= FP32}
         assert not bad, f"{mode}: {bad}"
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_overlap_is_checked_in_every_summary_mode(results, world) -> None:
+    """The overlapped path (outputs split by the entering state, the exchange in flight meanwhile) is among
+    the fp64 cases above for every mode with a summary: batches, states across uneven shards, zigzag with
+    documents, with states and without."""
+    keys = set(results(world)[0]["op_fp64"])
+    for mode in SUMMARY_MODES:
+        assert {(mode, f"{case}-overlap") for case in ("batch", "uneven-spanning", "zigzag-packed")} <= keys
+        assert (mode, "zigzag-packed-stateless-overlap") in keys
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from gdn_cp.distributed.collectives import all_gather_stack
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.distributed.transfers import InFlight, begin_all_gather_stack
 from gdn_cp.ops import fold_summaries, pack_summary, unpack_summary
 
 
@@ -37,8 +37,14 @@ class AllGatherMode(SequenceShardMode):
         passes = 2 if case.backward else 1
         add_volume(volume, "all_gather", passes * packed, passes * packed, passes)
 
-    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
-        gathered = all_gather_stack(pack_summary(S, M), self.group)  # [cp, P, B, Hv, K, V + K]
+    def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
+        gathering = begin_all_gather_stack(pack_summary(S, M), self.group)  # [cp, P, B, Hv, K, V + K]
+        return gathering.then(lambda gathered: self._fold(gathered, S, M, plan))
+
+    def _fold(
+        self, gathered: torch.Tensor, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan
+    ) -> torch.Tensor:
+        """H_in [P, B, Hv, K, V] of this rank's pieces from the gathered [cp, P, B, Hv, K, V + K]."""
         # Global order: piece j is slot (owner, its position among the owner's pieces).
         per_rank = gathered.shape[1]
         seen = [0] * self.size

@@ -62,20 +62,27 @@ class CPMode(ABC):
     description: ClassVar[str]
     """One line: what crosses ranks."""
     has_summary: ClassVar[bool]
-    """Whether the mode computes the affine (S, M) summary, so that checkpoint_summary applies."""
+    """Whether the mode computes the affine (S, M) summary, so that checkpoint_summary and overlap apply."""
     color: ClassVar[str]
     """Its colour in charts (matplotlib colour)."""
     marker: ClassVar[str]
     """Its marker in charts (matplotlib marker)."""
 
     def __init__(
-        self, group: ProcessGroup | None, checkpoint_summary: bool, layout: str = DEFAULT_LAYOUT
+        self,
+        group: ProcessGroup | None,
+        checkpoint_summary: bool,
+        layout: str = DEFAULT_LAYOUT,
+        overlap: bool = False,
     ) -> None:
         check_layout(layout)
         self.group = group
         self.rank, self.size = group_rank_size(group)
         self.checkpoint_summary = checkpoint_summary
         self.layout = layout
+        self.overlap = overlap
+        """Compute the outputs' state-free part while the summary exchange is in flight (modes with a
+        summary; gdn_cp.distributed.modes.sequence_shard)."""
 
     # -- facts, for validation, estimates and the communication model -------------------------------------
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from gdn_cp.distributed.collectives import state_chain
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan, piece_owners
 from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.distributed.transfers import InFlight, begin_state_chain
 
 
 class P2PMode(SequenceShardMode):
@@ -37,5 +37,7 @@ class P2PMode(SequenceShardMode):
         if case.backward:
             add_volume(volume, "p2p", recvs * state, sends * state, sends + recvs)
 
-    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
-        return state_chain(S, M, self.group, plan.owners)
+    def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
+        # Posted early: piece 0's state (its summary's S) and every rank's first receive; the rest of the
+        # chain runs at the wait.
+        return begin_state_chain(S, M, self.group, plan.owners)

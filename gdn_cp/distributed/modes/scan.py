@@ -19,11 +19,11 @@ import math
 
 import torch
 
-from gdn_cp.distributed.collectives import shift_pieces
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan, piece_owners
 from gdn_cp.distributed.modes.base import CommCase
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.distributed.transfers import InFlight, begin_shift_pieces, shift_pieces
 from gdn_cp.ops import pack_summary, unpack_summary
 
 
@@ -60,15 +60,29 @@ class ScanMode(SequenceShardMode):
         if case.backward:
             add_volume(volume, "p2p", recvs * packed, sends * packed, sends + recvs)
 
-    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
+    def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
+        # Round 0 is posted now (I_v = x_v: the exclusive window is still empty); the later rounds need the
+        # earlier ones and run at the wait.
+        rounds = scan_rounds(len(plan.owners))
+        if rounds == 0:
+            return InFlight.done(torch.zeros_like(S))
+        first = begin_shift_pieces(pack_summary(S, M), 1, self.group, plan.owners)
+        return first.then(lambda got: self._rounds(got, S, M, plan, rounds))
+
+    def _rounds(
+        self, got: torch.Tensor, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan, rounds: int
+    ) -> torch.Tensor:
+        """E_v applied to the zero state, [P, B, Hv, K, V], from round 0's received I_{v-1}."""
         owners = plan.owners
         eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device).expand_as(M)
         excl_S, excl_M = torch.zeros_like(S), eye  # E_v: the empty window
         mine = torch.tensor(plan.local_pieces, device=S.device).view(-1, *(1,) * (S.dim() - 1))
-        for k in range(scan_rounds(len(owners))):
+        for k in range(rounds):
             d = 2**k
-            inclusive = pack_summary(M @ excl_S + S, M @ excl_M)  # I_v = x_v after E_v
-            got_S, got_M = unpack_summary(shift_pieces(inclusive, d, self.group, owners), S.shape[-1])
+            if k > 0:
+                inclusive = pack_summary(M @ excl_S + S, M @ excl_M)  # I_v = x_v after E_v
+                got = shift_pieces(inclusive, d, self.group, owners)
+            got_S, got_M = unpack_summary(got, S.shape[-1])
             # Where piece v - d exists, E_v <- E_v after I_{v-d}; `where` keeps every rank's result on the
             # received tensor, so that each round's backward exchange runs on every rank.
             has = mine >= d

@@ -35,9 +35,17 @@ from gdn_cp.distributed.collectives import (
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase, CPMode
+from gdn_cp.distributed.transfers import InFlight
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.layers import GatedDeltaNet
-from gdn_cp.ops import apply_summary, causal_conv1d, chunk_outputs, gdn_state_summary, prepare_chunks
+from gdn_cp.ops import (
+    apply_summary,
+    causal_conv1d,
+    chunk_outputs,
+    gdn_state_summary,
+    prepare_chunks,
+    split_chunk_outputs,
+)
 
 HEADER_VALUES_BEYOND_PIECES = 2
 """Header values after the piece lengths: the input-check flag and the cu_seqlens fingerprint."""
@@ -85,11 +93,12 @@ class SequenceShardMode(CPMode):
         """Add to `volume` what `entering_states` moves (states in the accumulation dtype: `state_bytes`)."""
 
     @abstractmethod
-    def entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> torch.Tensor:
-        """The state entering each of this rank's pieces, from every piece's summary.
+    def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
+        """The state entering each of this rank's pieces, from every piece's summary: the exchange posted, its
+        wait() returning H_in (gdn_cp.distributed.transfers).
 
         S [P, B, Hv, K, V] and M [P, B, Hv, K, K] are this rank's P pieces' (in increasing global order);
-        returns H_in [P, B, Hv, K, V]. Every rank's result must depend on the exchange, so that its backward
+        H_in is [P, B, Hv, K, V]. Every rank's result must depend on the exchange, so that its backward
         (itself a collective) runs on every rank.
         """
 
@@ -155,7 +164,12 @@ class SequenceShardMode(CPMode):
                 for piece in range(len(plan.local_pieces))
             ]
             S, M = torch.stack([S for S, _ in summaries]), torch.stack([M for _, M in summaries])
-            o, _ = chunk_outputs(chunks, self.entering_states(S, M, plan).transpose(0, 1))
+            pending = self.begin_entering_states(S, M, plan)
+            if self.overlap:
+                split = split_chunk_outputs(chunks)  # while the exchange is in flight
+                o, _ = split.with_entering_states(pending.wait().transpose(0, 1))
+            else:
+                o, _ = chunk_outputs(chunks, pending.wait().transpose(0, 1))
             return o, None
         return self._rule_with_states(
             plan, inputs, segments, documents, initial_state, output_final_state, kw
@@ -181,18 +195,24 @@ class SequenceShardMode(CPMode):
         if initial_state is not None:
             starts = initial_state.unsqueeze(0) if bounds is not None else initial_state.unsqueeze(1)
         S, M = self._piece_summaries(chunks, segments, starts)
-        H_in = self.entering_states(S, M, plan)  # [P, B, Hv, K, V]
+        pending = self.begin_entering_states(S, M, plan)
 
-        # Every segment reads H_in through `where`, so that the exchange's backward runs on every rank.
-        device = H_in.device
+        device = S.device
         piece_of = torch.tensor([s.piece for s in segments], device=device)
-        carried = torch.tensor([s.carried for s in segments], device=device).view(1, -1, 1, 1, 1)
-        entering = H_in.index_select(0, piece_of).transpose(0, 1)  # [B, n_segments, Hv, K, V]
+        carried = torch.tensor([s.carried for s in segments], device=device)
         documents = torch.tensor([s.document for s in segments], device=device)
-        fresh = torch.zeros_like(entering) if starts is None else starts.index_select(1, documents)
-        o, finals = chunk_outputs(
-            chunks, torch.where(carried, entering, fresh.to(entering.dtype)), output_final_state
-        )
+        fresh = None if starts is None else starts.index_select(1, documents).to(S.dtype)
+        if self.overlap:
+            split = split_chunk_outputs(chunks, fresh, carried)  # while the exchange is in flight
+            entering = pending.wait().index_select(0, piece_of).transpose(0, 1)  # [B, n_segments, Hv, K, V]
+            o, finals = split.with_entering_states(entering, output_final_state)
+        else:
+            # Every segment reads H_in through `where`, so that the exchange's backward runs on every rank.
+            entering = pending.wait().index_select(0, piece_of).transpose(0, 1)
+            fresh = torch.zeros_like(entering) if fresh is None else fresh
+            o, finals = chunk_outputs(
+                chunks, torch.where(carried.view(1, -1, 1, 1, 1), entering, fresh), output_final_state
+            )
         if not output_final_state:
             return o, None
         # Each document's final state is on the rank holding its last token: summed into every rank's copy.
