@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -16,8 +20,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-# Piped output (a file, CI logs) gets a wide page instead of rich's 80 columns, so case ids are never cut.
-_WIDTH = None if sys.stdout.isatty() else 160
+# Piped output (a file, CI logs) gets a wide page instead of rich's 80 columns, so case ids are never cut;
+# COLUMNS, when set, is the width everywhere (rich reads it when the width is None).
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
 
 console = Console(highlight=False, width=_WIDTH)
 """Tables, progress and results."""
@@ -79,3 +84,65 @@ class CaseProgress:
             line = f"{escape(f'[{self.finished}/{self.total}]')} {line}"
         self._bar.console.print(line)
         self._bar.advance(self._task)
+
+
+COLUMN_OVERHEAD = 3
+"""Characters a table column takes besides its text: a space either side and a border."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnGroup:
+    """Some columns of a table and the width each is drawn at (None: its natural width)."""
+
+    columns: list[int]
+    widths: list[int] | None
+
+
+def _narrowest(texts: Sequence[str]) -> int:
+    """The narrowest a column can be with its header wrapped at spaces and its cells whole (a cell broken
+    mid-number, or its `*` pushed onto a row of its own, would read as another value)."""
+    header, *cells = texts
+    return max([*(cell_len(w) for w in header.split() or [""]), *(cell_len(c) for c in cells)])
+
+
+def fit_columns(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, numeric: Collection[int] = ()
+) -> list[ColumnGroup]:
+    """How to draw a table in `width` characters without cutting a cell: all columns at once where they
+    fit, headers wrapped at spaces where needed; else in groups, each repeating the leading columns that
+    name a row (the first, and those before the first `numeric` one after it)."""
+    n = len(headers)
+    texts = [[headers[i], *(r[i] for r in rows)] for i in range(n)]
+    natural = [max(cell_len(t) for t in col) for col in texts]
+    narrowest = [_narrowest(col) for col in texts]
+    room = lambda cols: width - 1 - COLUMN_OVERHEAD * len(cols)  # noqa: E731 -- one rule, used thrice
+    if sum(natural) <= room(range(n)):
+        return [ColumnGroup(columns=list(range(n)), widths=None)]
+    keys = [0]
+    while len(keys) < n - 1 and len(keys) not in numeric:
+        keys.append(len(keys))
+    groups: list[list[int]] = []
+    current = list(keys)
+    for i in range(len(keys), n):
+        if len(current) > len(keys) and sum(narrowest[c] for c in [*current, i]) > room([*current, i]):
+            groups.append(current)
+            current = list(keys)
+        current.append(i)
+    groups.append(current)
+    return [
+        ColumnGroup(columns=g, widths=_shrink([natural[c] for c in g], [narrowest[c] for c in g], room(g)))
+        for g in groups
+    ]
+
+
+def _shrink(natural: list[int], narrowest: list[int], room: int) -> list[int] | None:
+    """Widths that fit `room`, taking from the column with the most to spare first (None: they fit)."""
+    if sum(natural) <= room:
+        return None
+    widths = list(natural)
+    for _ in range(sum(natural) - room):
+        spare = max(range(len(widths)), key=lambda k: widths[k] - narrowest[k])
+        if widths[spare] <= narrowest[spare]:
+            break  # one key column set alone wider than the page: rich crops, nothing narrower reads
+        widths[spare] -= 1
+    return widths

@@ -76,7 +76,7 @@ def run(
     runs = [load_result(p) for p in results]
     if not any(c.status == "ok" for r in runs for c in r.cases):
         raise UserError(f"{', '.join(results)}: no case is ok, nothing to plot; see `bench show` for why")
-    charts, notes = build_charts(sources_for(runs, [Path(p).stem for p in results]))
+    charts, notes = build_charts(sources_for(runs))
     if charts:  # a new folder only when there is something to put in it
         folder = Path(out) if suite is None else new_charts_folder(suite)
     for chart in charts:

@@ -22,6 +22,7 @@ from bench.render.document import Paragraph, Section, document_blocks, render_ma
 from bench.results.export import export_rows
 from bench.results.store import RunResult, load_result
 from bench.results.tables import (
+    CASE_LINE_LEGEND,
     TableData,
     documents_table,
     not_measured,
@@ -82,6 +83,8 @@ def notes(run: RunResult) -> list[str]:
             "peak allocated: rank-max of one forward+backward pass ((fwd): forward only), parameters and "
             f"input included; meter {', '.join(meters)}"
         )
+    if any(c.timing is not None and len(c.timing.rank_medians_s) > 1 for c in run.cases):
+        out.append(CASE_LINE_LEGEND)  # `bench run` prints its status lines just above these tables
     return out
 
 

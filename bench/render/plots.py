@@ -4,12 +4,16 @@ Charts, with stable file names so that the README can embed them (`<name>.png`, 
 
     time_vs_seq          time vs global sequence length per mode; rows forward / forward+backward, one
                          panel per CP degree; log-log, bars = IQR over repeats
+    throughput_vs_seq    the same as tokens/s (global tokens / median time): higher is better
     weak_scaling         fixed tokens per rank: time vs CP degree, with the ideal flat line at t(cp=1)
     strong_scaling       fixed global sequence: speedup t(cp=1) / t(cp) vs CP degree, ideal speedup = cp
     memory_vs_seq        peak allocated vs global sequence length per mode, one panel per CP degree; log-log
+    comm_vs_seq          bytes sent + received by the busiest rank per pass, per mode and CP degree > 1
+                         (bench.results.traffic: the communication model, equal to the counted bytes)
     checkpoint_summary   summary checkpoint on vs off (p2p, all_gather): time cost (%) and memory saved (MiB)
 
-Several result files overlay as series: colour = mode, line style and marker = file (branch@commit). A
+Several result files overlay as series: colour = mode, line style and marker = file (branch@commit); a
+scenario's charts show only the files that measured it. A
 chart that the results cannot support (no weak-scaling sweep, no checkpoint-off case, ...) is skipped with
 a one-line reason. When the files hold several scenarios, each gets its own charts, named
 `<scenario>-<name>`. Figures are built with matplotlib's object API (no pyplot, no global state); PNGs
@@ -33,7 +37,8 @@ from bench.results import analysis
 from bench.results.analysis import PASS_LABELS, Variant, source_label
 from bench.results.store import CaseResult, RunResult
 from bench.results.tables import format_tokens
-from gdn_cp.distributed import MODES, mode_class
+from bench.results.traffic import bytes_moved
+from gdn_cp.distributed import MODES, mode_class, mode_order
 
 FORMATS = ("png", "svg")
 DPI = 150
@@ -94,13 +99,20 @@ class Chart:
         return buf.getvalue()
 
 
-def sources_for(runs: Sequence[RunResult], names: Sequence[str]) -> list[Source]:
-    """Label each run branch@commit; runs that would share a label get their file name appended."""
+def sources_for(runs: Sequence[RunResult]) -> list[Source]:
+    """Label each run branch@commit; runs that would share a label get the run's name (its scenarios)
+    appended, and a number after it where that is shared too: `main@6b5f0a48 (verify-cpu-verify, 2)`."""
     labels = [source_label(r) for r in runs]
-    return [
-        Source(label=f"{label} ({name})" if labels.count(label) > 1 else label, run=run)
-        for label, run, name in zip(labels, runs, names, strict=True)
-    ]
+    named = [f"{label} ({r.name}" for label, r in zip(labels, runs, strict=True)]
+    out = []
+    for i, (label, by_run, run) in enumerate(zip(labels, named, runs, strict=True)):
+        if labels.count(label) == 1:
+            out.append(Source(label=label, run=run))
+        elif named.count(by_run) == 1:
+            out.append(Source(label=f"{by_run})", run=run))
+        else:
+            out.append(Source(label=f"{by_run}, {named[: i + 1].count(by_run)})", run=run))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -257,7 +269,19 @@ TIME_NOTE = "time: median over repeats of the rank-max elapsed time; bars: inter
 # The charts: each returns a Figure, or the reason the results cannot support it.
 
 
-def time_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
+def _per_length(
+    sources: Sequence[Source],
+    scenario: str,
+    *,
+    value: Callable[[CaseResult], tuple[float, float, float]],
+    ylabel: str,
+    title: str,
+    note: str,
+    log_y: bool = True,
+) -> Figure | str:
+    """A value of every case vs global sequence length per mode: rows = passes, one panel per CP degree,
+    log length axis (and log values, unless `log_y` is False: then linear from 0); `value` gives (y,
+    distance down, distance up) of a case's bar."""
     degrees = _union(sources, lambda r: analysis.cps(r, scenario))
     if max((len(_lengths_at(sources, scenario, cp)) for cp in degrees), default=0) < 2:
         return "needs at least two global sequence lengths at one CP degree"
@@ -270,30 +294,67 @@ def time_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
                 for v in analysis.variants(s.run, scenario):
                     points = analysis.series(s.run, scenario, v, pass_, cp=cp)
                     if points:
-                        ms = [_ms(r) for _, r in points]
+                        ys = [value(r) for _, r in points]
                         ax.errorbar(
                             [n for n, _ in points],
-                            [m for m, _, _ in ms],
-                            yerr=[[lo for _, lo, _ in ms], [hi for _, _, hi in ms]],
+                            [y for y, _, _ in ys],
+                            yerr=[[lo for _, lo, _ in ys], [hi for _, _, hi in ys]],
                             capsize=2,
                             **_style(i, v.mode),
                         )
             _token_axis(ax, _lengths_at(sources, scenario, cp))
-            _log_values_axis(ax)
+            if log_y:
+                _log_values_axis(ax)
             ax.set_title(f"{PASS_LABELS[pass_]}, CP{cp}", fontsize=9)
             ax.set_xlabel("global sequence length (tokens)")
             if col == 0:
-                ax.set_ylabel("time (ms)")
+                ax.set_ylabel(ylabel)
             ax.grid(True, which="major", alpha=0.3)
+    if not log_y:
+        _from_zero(axes)
     _finish(
         fig,
-        title="Time vs global sequence length",
+        title=title,
         scenario=scenario,
         sources=sources,
         variants=_all_variants(sources, scenario),
-        note=TIME_NOTE,
+        note=note,
     )
     return fig
+
+
+def time_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
+    return _per_length(
+        sources,
+        scenario,
+        value=_ms,
+        ylabel="time (ms)",
+        title="Time vs global sequence length",
+        note=TIME_NOTE,
+    )
+
+
+def _tokens_per_s(result: CaseResult) -> tuple[float, float, float]:
+    """Thousands of global tokens per second at the median, and the distances down to q75's rate and up
+    to q25's."""
+    t = result.timing
+    assert t is not None
+    tokens = result.case.seq_len * result.case.batch / 1e3
+    rate = tokens / t.median_s
+    return rate, rate - tokens / t.q75_s, tokens / t.q25_s - rate
+
+
+def throughput_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
+    return _per_length(
+        sources,
+        scenario,
+        value=_tokens_per_s,
+        ylabel="thousand tokens/s (all ranks)",
+        title="Throughput vs global sequence length",
+        note="throughput: global tokens (sequence x batch) / the median rank-max time of the pass; bars: "
+        "from the interquartile range; higher is better",
+        log_y=False,
+    )
 
 
 def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
@@ -445,6 +506,55 @@ def memory_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
     return fig
 
 
+def _bytes_by_mode(
+    sources: Sequence[Source], scenario: str, pass_: str, cp: int
+) -> dict[str, dict[int, float]]:
+    """mode -> {global length: MiB moved by the busiest rank}, over every source's cases (the model's
+    bytes depend on the case, not on the run: equal cases of several files give one point)."""
+    out: dict[str, dict[int, float]] = {}
+    for s in sources:
+        for v in analysis.variants(s.run, scenario):
+            for n, r in analysis.series(s.run, scenario, v, pass_, cp=cp):
+                out.setdefault(v.mode, {})[n] = bytes_moved(r.case) / 2**20
+    return out
+
+
+def comm_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
+    degrees = [cp for cp in _union(sources, lambda r: analysis.cps(r, scenario)) if cp > 1]
+    if not degrees:
+        return "no case ran on more than one rank (one rank moves nothing)"
+    passes = _passes(sources, scenario)
+    fig, axes = _figure(len(passes), len(degrees))
+    modes: list[str] = []
+    for row, pass_ in enumerate(passes):
+        for col, cp in enumerate(degrees):
+            ax = axes[row][col]
+            by_mode = _bytes_by_mode(sources, scenario, pass_, cp)
+            modes += [m for m in by_mode if m not in modes]
+            for k, (mode, points) in enumerate(by_mode.items()):
+                lengths = sorted(points)
+                shift = _dodge(k, len(by_mode))
+                ax.plot([n * shift for n in lengths], [points[n] for n in lengths], **_style(0, mode))
+            _token_axis(ax, _lengths_at(sources, scenario, cp))
+            _log_values_axis(ax)
+            ax.set_title(f"{PASS_LABELS[pass_]}, CP{cp}", fontsize=9)
+            ax.set_xlabel("global sequence length (tokens)")
+            if col == 0:
+                ax.set_ylabel("sent + received per rank (MiB)")
+            ax.grid(True, alpha=0.3)
+    _finish(
+        fig,
+        title="Communication vs global sequence length",
+        scenario=scenario,
+        sources=sources[:1],
+        variants=[Variant(m, None) for m in sorted(modes, key=mode_order)],
+        note="bytes sent + received by the busiest rank in one pass, from gdn_cp.distributed.comm_model "
+        "(equal to the bytes counted on the wire: `bench profile` checks them); one line per mode, the "
+        "summary checkpoint moves no other bytes; series nudged sideways a few % so that equal lines show",
+    )
+    return fig
+
+
 def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str:
     rows = {
         s.label: [r for r in analysis.checkpoint_ablation(s.run) if r.scenario == scenario] for s in sources
@@ -519,30 +629,48 @@ def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str
 
 BUILDERS: dict[str, Callable[[Sequence[Source], str], Figure | str]] = {
     "time_vs_seq": time_vs_seq,
+    "throughput_vs_seq": throughput_vs_seq,
     "weak_scaling": weak_scaling,
     "strong_scaling": strong_scaling,
     "memory_vs_seq": memory_vs_seq,
+    "comm_vs_seq": comm_vs_seq,
     "checkpoint_summary": checkpoint_summary,
 }
 TITLES = {
     "time_vs_seq": "Time vs global sequence length",
+    "throughput_vs_seq": "Throughput (tokens/s) vs global sequence length",
     "weak_scaling": "Weak scaling",
     "strong_scaling": "Strong scaling",
     "memory_vs_seq": "Peak memory vs global sequence length",
+    "comm_vs_seq": "Communication (bytes per rank) vs global sequence length",
     "checkpoint_summary": "Summary checkpoint on vs off",
 }
 
 
+def scenario_charts(
+    sources: Sequence[Source], scenario: str, *, prefixed: bool = False
+) -> tuple[list[Chart], list[str]]:
+    """Every chart of one scenario, drawn from the sources that measured it (others would only crowd the
+    legend), and one note per chart skipped. `prefixed`: names start with `<scenario>-` (several
+    scenarios share a folder)."""
+    present = [s for s in sources if scenario in analysis.scenario_names(s.run)]
+    prefix = f"{scenario}-" if prefixed else ""
+    charts, notes = [], []
+    for name, build in BUILDERS.items():
+        figure = build(present, scenario)
+        if isinstance(figure, str):
+            notes.append(f"{prefix}{name}: skipped, {figure} in {scenario}")
+        else:
+            charts.append(Chart(name=prefix + name, title=f"{TITLES[name]} ({scenario})", figure=figure))
+    return charts, notes
+
+
 def build_charts(sources: Sequence[Source]) -> tuple[list[Chart], list[str]]:
-    """Every chart the sources support, and one note per chart skipped (`name: reason`)."""
+    """Every chart the sources support, per scenario, and one note per chart skipped (`name: reason`)."""
     scenarios = list(dict.fromkeys(n for s in sources for n in analysis.scenario_names(s.run)))
     charts, notes = [], []
     for scenario in scenarios:
-        prefix = f"{scenario}-" if len(scenarios) > 1 else ""
-        for name, build in BUILDERS.items():
-            figure = build(sources, scenario)
-            if isinstance(figure, str):
-                notes.append(f"{prefix}{name}: skipped, {figure} in {scenario}")
-            else:
-                charts.append(Chart(name=prefix + name, title=f"{TITLES[name]} ({scenario})", figure=figure))
+        built, skipped = scenario_charts(sources, scenario, prefixed=len(scenarios) > 1)
+        charts += built
+        notes += skipped
     return charts, notes

@@ -1,10 +1,13 @@
 """The report of one or more result files, as a list of sections (bench.render.document renders them).
 
-Sections, in order (SECTIONS): overview, reference-shaped result tables, summary-checkpoint ablation, scaling
-efficiency, charts, cases not measured, environment. Each is built by a function
-`(runs: Sequence[ReportRun]) -> Section | None` (None: nothing to say, the section is left out), so
-adding a section, such as the accuracy checks of `bench verify`, is one line: append its builder to
-SECTIONS (or pass `sections=` to build_report).
+Sections, in order (SECTIONS): an overview (one row per file: timing run or `bench verify` checks), base vs
+head (two timing runs that share cases: the timing verdicts and both sides' accuracy checks, judged as
+`bench gate` judges them), one section per scenario (its result tables, summary-checkpoint ablation,
+scaling efficiency and charts, each chart drawn from the runs of that scenario only), the accuracy checks
+of the verify files, cases not measured, and the environment (one row per distinct machine and software).
+Each is built by a function `(runs: Sequence[ReportRun]) -> Section | list[Section] | None` (None: nothing
+to say, the section is left out), so adding a section is one line: append its builder to SECTIONS (or pass
+`sections=` to build_report).
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from pathlib import Path
 
 from bench.errors import first_line
 from bench.render.document import Image, Paragraph, Section, Table, document_blocks
-from bench.render.plots import Source, build_charts, sources_for
+from bench.render.plots import Source, scenario_charts, sources_for
 from bench.results import analysis
-from bench.results.analysis import PASS_LABELS, AblationRow, ScalingPoint
+from bench.results.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
+from bench.results.comparison import compare_runs
+from bench.results.gate import accuracy_table, gate, timing_table
 from bench.results.store import RunResult
 from bench.results.tables import (
+    TableData,
     documents_table,
     format_mib,
     format_ms,
@@ -36,79 +42,148 @@ class ReportRun:
     """One result file of the report."""
 
     label: str
-    """branch@commit (as the charts' legends name it)."""
+    """branch@commit (as the charts' legends name it), made unique among the report's files."""
     path: Path
     run: RunResult
+    number: int = 0
+    """Its position among the report's files, from 1 (the overview's #; other tables refer to it)."""
+
+    @property
+    def kind(self) -> str:
+        """timing (a `bench run` file), verify (`bench verify` checks) or empty."""
+        return "timing" if self.run.cases else ("verify" if self.run.verifications else "empty")
 
 
-SectionBuilder = Callable[[Sequence[ReportRun]], Section | None]
+SectionBuilder = Callable[[Sequence[ReportRun]], "Section | list[Section] | None"]
 
 
 def report_runs(runs: Sequence[RunResult], paths: Sequence[Path]) -> list[ReportRun]:
-    sources = sources_for(runs, [p.stem for p in paths])
-    return [ReportRun(label=s.label, path=p, run=s.run) for s, p in zip(sources, paths, strict=True)]
+    sources = sources_for(runs)
+    return [
+        ReportRun(label=s.label, path=p, run=s.run, number=i)
+        for i, (s, p) in enumerate(zip(sources, paths, strict=True), start=1)
+    ]
 
 
-def _per_run(runs: Sequence[ReportRun], build: Callable[[ReportRun], list]) -> tuple[list, list[Section]]:
-    """One run: its blocks directly; several: one subsection per run (titled with its label)."""
-    if len(runs) == 1:
-        return build(runs[0]), []
-    subsections = []
-    for r in runs:
-        blocks = build(r)
-        if blocks:
-            subsections.append(Section(title=r.label, blocks=blocks))
-    return [], subsections
+def _timing(runs: Sequence[ReportRun]) -> list[ReportRun]:
+    return [r for r in runs if r.kind == "timing"]
+
+
+def _verify(runs: Sequence[ReportRun]) -> list[ReportRun]:
+    return [r for r in runs if r.kind == "verify"]
 
 
 def _pct(value: float) -> str:
     return f"{value:+.1f}%"
 
 
+def _titled(tables: Sequence[TableData], r: ReportRun, several: bool) -> list[TableData]:
+    """The tables, their titles prefixed with the run's label when several runs share a scenario."""
+    if several:
+        for t in tables:
+            t.title = f"{r.label}: {t.title}"
+    return list(tables)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Sections
 
 
-def overview(runs: Sequence[ReportRun]) -> Section:
-    blocks: list = []
-    for r in runs:
-        e = r.run.environment
+def _contents(r: ReportRun) -> str:
+    """What a file holds: its cases by status, or its checks by outcome."""
+    if r.kind == "timing":
         counts = {s: sum(c.status == s for c in r.run.cases) for s in ("ok", "failed", "skipped")}
-        status = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none run"
+        return f"{len(r.run.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    if r.kind == "verify":
+        records = r.run.verifications
+        passed = sum(v.passed for v in records)
+        rest = {s: sum(v.status == s for v in records) for s in ("failed", "skipped")}
+        failed_checks = sum(v.status == "ok" and not v.passed for v in records)
+        parts = [f"{passed} pass"] + ([f"{failed_checks} FAIL"] if failed_checks else [])
+        parts += [f"{n} {'not run' if s == 'failed' else s}" for s, n in rest.items() if n]
+        return f"{len(records)} checks: " + ", ".join(parts)
+    return "nothing recorded"
+
+
+def overview(runs: Sequence[ReportRun]) -> Section:
+    rows = [
+        [
+            str(r.number),
+            f"`{r.path.name}`",
+            r.kind,
+            ", ".join(r.run.scenarios) or r.run.name,
+            r.label,
+            r.run.created_at.replace("T", " ")[:16],
+            _contents(r),
+        ]
+        for r in runs
+    ]
+    blocks: list = [
+        Table(
+            columns=["#", "file", "kind", "scenarios", "label (branch@commit)", "created (UTC)", "contents"],
+            rows=rows,
+            align=["right", "left", "left", "left", "left", "left", "left"],
+        )
+    ]
+    if _timing(runs):
         blocks.append(
             Paragraph(
-                text=f"`{r.path.name}`: {r.run.name} at {r.label}, {e.device_type} ({e.device_name}, "
-                f"{e.backend}) on {e.hostname}, {r.run.created_at}; {len(r.run.cases)} cases ({status})."
+                text="Times are medians over repeats of the rank-max elapsed time (each repeat counts its "
+                "slowest rank; * marks a noisy case, IQR/median > 10%). Peak allocated is the rank-max peak "
+                "of one forward+backward pass ((fwd): of the forward pass where only forward ran), "
+                "parameters and input included.",
+                small=True,
             )
         )
-        for name, definition in r.run.scenarios.items():
-            layer = analysis.describe_layer(definition)
-            blocks.append(Paragraph(text=f"{name}: {definition.get('description', '')} ({layer})"))
-    blocks.append(
-        Paragraph(
-            text="Times are medians over repeats of the rank-max elapsed time (each repeat counts its "
-            "slowest rank; * marks a noisy case, IQR/median > 10%). Peak allocated is the rank-max peak of "
-            "one forward+backward pass ((fwd): of the forward pass where only forward ran), parameters and "
-            "input included.",
-            small=True,
-        )
-    )
     return Section(title="Overview", blocks=blocks)
 
 
-def results(runs: Sequence[ReportRun]) -> Section | None:
-    def build(r: ReportRun) -> list:
-        packed = documents_table(r.run)
-        tables = [reference_table_data(t, r.run) for t in reference_tables(r.run)]
-        return document_blocks([*tables, *([packed] if packed is not None else [])])
+def _same_code(a: RunResult, b: RunResult) -> bool:
+    """Whether two files were written by the same commit (uncommitted changes make a tree its own)."""
+    ea, eb = a.environment, b.environment
+    return ea.git_commit == eb.git_commit and not ea.git_dirty and not eb.git_dirty
 
-    blocks, subsections = _per_run(runs, build)
-    if not blocks and not subsections:
+
+def base_vs_head(runs: Sequence[ReportRun]) -> Section | None:
+    """Two timing runs sharing cases: the first is base, the second head; the verify files of each side's
+    commit are its accuracy checks. Judged as `bench gate` judges (bench.results.gate)."""
+    timing = _timing(runs)
+    if len(timing) != 2:
         return None
-    return Section(title="Results", blocks=blocks, subsections=subsections)
+    base, head = timing
+    comparison = compare_runs(base.run, head.run)
+    if not comparison.cases:
+        return None
+    checks = _verify(runs)
+    base_records = [v for r in checks if _same_code(r.run, base.run) for v in r.run.verifications]
+    head_records = [v for r in checks if _same_code(r.run, head.run) for v in r.run.verifications]
+    result = gate(comparison, base_records, head_records)
+    tables = [timing_table(result)] + ([accuracy_table(result)] if result.accuracy else [])
+    blocks: list = [Paragraph(text=f"base #{base.number} {base.label}, head #{head.number} {head.label}.")]
+    blocks += document_blocks(tables)
+    if not result.accuracy:
+        blocks.append(
+            Paragraph(
+                text="No verify file of either side's commit (clean tree) is in the report.", small=True
+            )
+        )
+    blocks.append(Paragraph(text=f"As `bench gate` would judge it: {result.summary()}."))
+    return Section(title="Base vs head", blocks=blocks)
 
 
-def _ablation_table(rows: Sequence[AblationRow]) -> Table:
+def _results_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
+    tables = []
+    for r in runs:
+        found = [reference_table_data(t, r.run) for t in reference_tables(r.run) if t.scenario == scenario]
+        packed = documents_table(r.run)
+        if packed is not None:
+            packed.rows = [row for row in packed.rows if row[0] == scenario]  # its first column: scenario
+            found += [packed] if packed.rows else []
+        tables += _titled(found, r, len(runs) > 1)
+    return document_blocks(tables)
+
+
+def _ablation_table(rows: Sequence[AblationRow], title: str) -> Table:
     table_rows = []
     for a in rows:
         where = [str(a.cp), format_tokens(a.seq_len)]
@@ -130,32 +205,30 @@ def _ablation_table(rows: Sequence[AblationRow]) -> Table:
     passes = sorted({a.pass_ for a in rows}, key=analysis.PASSES.index)
     median = " / ".join(f"{PASS_LABELS[p]} median" for p in passes)
     return Table(
-        title=rows[0].scenario,
+        title=title,
         columns=["cp", "global seq", "mode", "implementation", median, "peak allocated", "time", "memory"],
         rows=table_rows,
         align=["right", "right", "left", "left", "right", "right", "right", "right"],
     )
 
 
-def checkpoint_ablation(runs: Sequence[ReportRun]) -> Section | None:
-    def build(r: ReportRun) -> list:
-        rows = analysis.checkpoint_ablation(r.run)
-        return [
-            _ablation_table([a for a in rows if a.scenario == name])
-            for name in dict.fromkeys(a.scenario for a in rows)
-        ]
-
-    blocks, subsections = _per_run(runs, build)
-    if not blocks and not subsections:
-        return None
-    note = Paragraph(
-        text="graph kept: the (S, M) summary's autograd graph is kept from forward to backward (checkpoint "
-        "off); checkpoint: the summary runs under activation checkpointing and is recomputed in backward. "
-        "time and memory: checkpoint relative to graph kept (time +x%: slower; memory -y MiB: less peak "
-        "allocated).",
-        small=True,
-    )
-    return Section(title="Summary checkpoint ablation", blocks=[*blocks, note], subsections=subsections)
+def _ablation_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
+    blocks: list = []
+    for r in runs:
+        rows = [a for a in analysis.checkpoint_ablation(r.run) if a.scenario == scenario]
+        if rows:
+            blocks.append(_ablation_table(rows, f"{r.label}: {scenario}" if len(runs) > 1 else scenario))
+    if blocks:
+        blocks.append(
+            Paragraph(
+                text="graph kept: the (S, M) summary's autograd graph is kept from forward to backward "
+                "(checkpoint off); checkpoint: the summary runs under activation checkpointing and is "
+                "recomputed in backward. time and memory: checkpoint relative to graph kept (time +x%: "
+                "slower; memory -y MiB: less peak allocated).",
+                small=True,
+            )
+        )
+    return blocks
 
 
 def _scaling_table(
@@ -181,150 +254,202 @@ def _scaling_table(
     )
 
 
-def scaling(runs: Sequence[ReportRun]) -> Section | None:
-    def build(r: ReportRun) -> list:
-        blocks: list = []
-        for name in analysis.scenario_names(r.run):
-            degrees = analysis.cps(r.run, name)
-            variants = analysis.variants(r.run, name)
-            for pass_ in analysis.passes(r.run, name):
-                strong = [
-                    (n, v.label, pts)
-                    for n in analysis.strong_lengths(r.run, name)
-                    for v in variants
-                    if len(pts := analysis.strong_scaling(r.run, name, v, pass_, seq_len=n)) > 1
-                ]
-                if strong:
-                    blocks.append(
-                        _scaling_table(
-                            f"{name}, {PASS_LABELS[pass_]}: strong scaling, speedup t(cp=1)/t(cp) "
-                            "(efficiency = speedup / cp)",
-                            "global seq",
-                            strong,
-                            degrees,
-                            lambda p: f"{p.ratio:.2f}x ({100 * p.ratio / p.cp:.0f}%)",
-                        )
+def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
+    blocks: list = []
+    for r in runs:
+        prefix = f"{r.label}: " if len(runs) > 1 else ""
+        degrees = analysis.cps(r.run, name)
+        variants = analysis.variants(r.run, name)
+        for pass_ in analysis.passes(r.run, name):
+            strong = [
+                (n, v.label, pts)
+                for n in analysis.strong_lengths(r.run, name)
+                for v in variants
+                if len(pts := analysis.strong_scaling(r.run, name, v, pass_, seq_len=n)) > 1
+            ]
+            if strong:
+                blocks.append(
+                    _scaling_table(
+                        f"{prefix}{name}, {PASS_LABELS[pass_]}: strong scaling, speedup t(cp=1)/t(cp) "
+                        "(efficiency = speedup / cp)",
+                        "global seq",
+                        strong,
+                        degrees,
+                        lambda p: f"{p.ratio:.2f}x ({100 * p.ratio / p.cp:.0f}%)",
                     )
-                weak = [
-                    (n, v.label, pts)
-                    for n in analysis.weak_lengths(r.run, name)
-                    for v in variants
-                    if len(pts := analysis.weak_scaling(r.run, name, v, pass_, local_seq_len=n)) > 1
-                ]
-                if weak:
-                    blocks.append(
-                        _scaling_table(
-                            f"{name}, {PASS_LABELS[pass_]}: weak scaling, efficiency t(cp=1)/t(cp) at a "
-                            "fixed length per rank",
-                            "per rank",
-                            weak,
-                            degrees,
-                            lambda p: f"{100 * p.ratio:.0f}% ({format_ms(p.result.timing)})",
-                        )
+                )
+            weak = [
+                (n, v.label, pts)
+                for n in analysis.weak_lengths(r.run, name)
+                for v in variants
+                if len(pts := analysis.weak_scaling(r.run, name, v, pass_, local_seq_len=n)) > 1
+            ]
+            if weak:
+                blocks.append(
+                    _scaling_table(
+                        f"{prefix}{name}, {PASS_LABELS[pass_]}: weak scaling, efficiency t(cp=1)/t(cp) at "
+                        "a fixed length per rank",
+                        "per rank",
+                        weak,
+                        degrees,
+                        lambda p: f"{100 * p.ratio:.0f}% ({format_ms(p.result.timing)})",
                     )
-        return blocks
+                )
+    if blocks:
+        blocks.append(
+            Paragraph(
+                text="Ideal: strong scaling speedup = cp (efficiency 100%); weak scaling efficiency 100% (as "
+                "many tokens per rank, as much time). p2p and all_gather with summary checkpoint on where it "
+                "ran.",
+                small=True,
+            )
+        )
+    return blocks
 
-    blocks, subsections = _per_run(runs, build)
-    if not blocks and not subsections:
-        return None
-    note = Paragraph(
-        text="Ideal: strong scaling speedup = cp (efficiency 100%); weak scaling efficiency 100% (as many "
-        "tokens per rank, as much time). p2p and all_gather with summary checkpoint on where it ran.",
-        small=True,
+
+def _chart_blocks(runs: Sequence[ReportRun], scenario: str, prefixed: bool) -> list:
+    built, notes = scenario_charts(
+        [Source(label=r.label, run=r.run) for r in runs], scenario, prefixed=prefixed
     )
-    return Section(title="Scaling efficiency", blocks=[*blocks, note], subsections=subsections)
+    return [Image(chart=c) for c in built] + [Paragraph(text=n, small=True) for n in notes]
 
 
-def charts(runs: Sequence[ReportRun]) -> Section | None:
-    sources = [Source(label=r.label, run=r.run) for r in runs]
-    built, notes = build_charts(sources)
-    if not built and not notes:
-        return None
-    blocks: list = [Image(chart=c) for c in built]
-    blocks += [Paragraph(text=n, small=True) for n in notes]
-    return Section(title="Charts", blocks=blocks)
+def scenarios(runs: Sequence[ReportRun]) -> list[Section]:
+    """One section per scenario of the timing runs: its tables, ablation, scaling and charts, drawn from the
+    runs that measured it (and only those)."""
+    timing = _timing(runs)
+    names = list(dict.fromkeys(n for r in timing for n in analysis.scenario_names(r.run)))
+    out = []
+    for name in names:
+        present = [r for r in timing if name in analysis.scenario_names(r.run)]
+        definition = present[0].run.scenarios.get(name, {})
+        which = ", ".join(f"#{r.number} {r.label}" for r in present)
+        intro = Paragraph(
+            text=f"{definition.get('description', '')} ({analysis.describe_layer(definition)}); "
+            f"warmup / repeat {', '.join(_warmup_repeat(r.run, name) for r in present)}; from {which}."
+        )
+        parts = [
+            ("Results", _results_blocks(present, name)),
+            ("Summary checkpoint ablation", _ablation_blocks(present, name)),
+            ("Scaling efficiency", _scaling_blocks(present, name)),
+            ("Charts", _chart_blocks(present, name, prefixed=len(names) > 1)),
+        ]
+        subsections = [Section(title=title, blocks=blocks) for title, blocks in parts if blocks]
+        out.append(Section(title=f"Scenario {name}", blocks=[intro], subsections=subsections))
+    return out
 
 
 def not_measured_cases(runs: Sequence[ReportRun]) -> Section | None:
+    several = len(_timing(runs)) > 1
     rows = [
-        ([r.label] if len(runs) > 1 else []) + [c.key, c.status, first_line(c.error)]
+        ([f"#{r.number}"] if several else []) + [c.key, c.status, first_line(c.error)]
         for r in runs
         for c in not_measured(r.run)
     ]
     if not rows:
         return None
-    columns = (["run"] if len(runs) > 1 else []) + ["case", "status", "reason"]
+    columns = (["file"] if several else []) + ["case", "status", "reason"]
     return Section(
         title="Not measured", blocks=[Table(columns=columns, rows=rows, align=["left"] * len(columns))]
     )
 
 
-def environment(runs: Sequence[ReportRun]) -> Section:
-    def threads(run: RunResult) -> str:
-        configured = run.environment.threads_per_rank
-        how = "configured" if configured is not None else "cores // ranks"
-        return f"{analysis.threads_by_cp(run)} ({how})"
-
-    fields: list[tuple[str, Callable[[ReportRun], str]]] = [
-        ("result file", lambda r: f"`{r.path.name}`"),
-        ("created", lambda r: r.run.created_at),
-        (
-            "commit",
-            lambda r: r.run.environment.git_commit + (" (dirty)" if r.run.environment.git_dirty else ""),
+ENVIRONMENT_FIELDS: list[tuple[str, Callable[[RunResult], str]]] = [
+    (
+        "device",
+        lambda r: f"{r.environment.device_type} ({r.environment.device_name}, {r.environment.backend})",
+    ),
+    (
+        "host",
+        lambda r: f"{r.environment.hostname}: {r.environment.cpu_model}, {r.environment.cpu_count} cores",
+    ),
+    ("threads per rank", lambda r: _threads(r)),
+    ("launcher", lambda r: r.environment.launcher),
+    (
+        "software",
+        lambda r: (
+            f"torch {r.environment.torch_version}"
+            + (f", torch-npu {r.environment.torch_npu_version}" if r.environment.torch_npu_version else "")
+            + f", python {r.environment.python_version}"
         ),
-        ("branch", lambda r: r.run.environment.git_branch),
-        ("device", lambda r: f"{r.run.environment.device_type} ({r.run.environment.device_name})"),
-        ("backend", lambda r: r.run.environment.backend),
-        ("host", lambda r: r.run.environment.hostname),
-        ("CPU", lambda r: f"{r.run.environment.cpu_model}, {r.run.environment.cpu_count} cores"),
-        ("threads per rank", lambda r: threads(r.run)),
-        ("launcher", lambda r: r.run.environment.launcher),
-        ("torch", lambda r: r.run.environment.torch_version),
-        ("torch-npu", lambda r: r.run.environment.torch_npu_version or "-"),
-        ("python", lambda r: r.run.environment.python_version),
-        ("warmup / repeat", lambda r: _warmup_repeat(r.run)),
-    ]
-    columns = ["", *(r.label for r in runs)]
-    rows = [[name, *(get(r) for r in runs)] for name, get in fields]
+    ),
+]
+"""The environment table's columns after `files`: files with equal cells share a row."""
+
+
+def _threads(run: RunResult) -> str:
+    if not run.cases:
+        return "-"
+    how = "configured" if run.environment.threads_per_rank is not None else "cores // ranks"
+    return f"{analysis.threads_by_cp(run)} ({how})"
+
+
+def environment(runs: Sequence[ReportRun]) -> Section:
+    """One row per distinct machine and software; the files that share it are listed by number."""
+    rows: dict[tuple[str, ...], list[str]] = {}
+    for r in runs:
+        cells = tuple(get(r.run) for _, get in ENVIRONMENT_FIELDS)
+        rows.setdefault(cells, []).append(f"#{r.number}")
+    table_rows = [[", ".join(files), *cells] for cells, files in rows.items()]
+    columns = ["files", *(name for name, _ in ENVIRONMENT_FIELDS)]
     return Section(
-        title="Environment", blocks=[Table(columns=columns, rows=rows, align=["left"] * len(columns))]
+        title="Environment", blocks=[Table(columns=columns, rows=table_rows, align=["left"] * len(columns))]
     )
 
 
-def _warmup_repeat(run: RunResult) -> str:
-    pairs = sorted({(c.case.warmup, c.case.repeat) for c in run.cases})
+def _warmup_repeat(run: RunResult, scenario: str) -> str:
+    pairs = sorted({(c.case.warmup, c.case.repeat) for c in run.cases if c.case.scenario == scenario})
     return ", ".join(f"{w} / {n}" for w, n in pairs) or "-"
 
 
 def verification(runs: Sequence[ReportRun]) -> Section | None:
-    """The accuracy checks of `bench verify` stored in the runs, as `bench verify` prints them."""
-    blocks, subsections = _per_run(runs, lambda r: document_blocks(verification_tables(r.run.verifications)))
-    if not (blocks or subsections):
+    """The accuracy checks of the verify files, as `bench verify` prints them, one subsection per file."""
+    checks = [r for r in runs if r.run.verifications]
+    if not checks:
         return None
-    return Section(title="Accuracy (bench verify)", blocks=blocks, subsections=subsections)
+    subsections = [
+        Section(
+            title=f"#{r.number} {r.label}: {', '.join(r.run.scenarios) or r.run.name}",
+            blocks=document_blocks(verification_tables(r.run.verifications)),
+        )
+        for r in checks
+    ]
+    return Section(title="Accuracy (bench verify)", subsections=subsections)
 
 
 SECTIONS: list[SectionBuilder] = [
     overview,
-    results,
-    checkpoint_ablation,
-    scaling,
+    base_vs_head,
+    scenarios,
     verification,
-    charts,
     not_measured_cases,
     environment,
 ]
-"""The report's sections, in order. Append a builder to add one (e.g. the accuracy checks)."""
+"""The report's sections, in order. Append a builder to add one."""
+
+
+def _few(items: Sequence[str], most: int = 3) -> str:
+    """ "a, b, c" or "a, b, c +2 more"."""
+    shown = ", ".join(items[:most])
+    return shown + (f" +{len(items) - most} more" if len(items) > most else "")
 
 
 def report_title(runs: Sequence[ReportRun]) -> str:
-    names = " + ".join(dict.fromkeys(r.run.name for r in runs))
-    return f"gdn-cp-bench: {names} ({', '.join(r.label for r in runs)})"
+    """One short line: the timing scenarios, the verified ones, the commits."""
+    timed = list(dict.fromkeys(n for r in _timing(runs) for n in r.run.scenarios))
+    verified = list(dict.fromkeys(n for r in _verify(runs) for n in r.run.scenarios))
+    what = [_few(timed)] if timed else []
+    what += [f"verify {_few(verified)}"] if verified else []
+    commits = list(dict.fromkeys(source_label(r.run) for r in runs))
+    return f"gdn-cp-bench: {'; '.join(what) or 'no results'} ({_few(commits, 2)})"
 
 
 def build_report(
     runs: Sequence[ReportRun], sections: Sequence[SectionBuilder] = SECTIONS
 ) -> tuple[str, list[Section]]:
     """The title and the non-empty sections of the report of `runs`."""
-    built = [build(runs) for build in sections]
-    return report_title(runs), [s for s in built if s is not None]
+    built: list[Section] = []
+    for build in sections:
+        section = build(runs)
+        built += section if isinstance(section, list) else [section] if section is not None else []
+    return report_title(runs), built

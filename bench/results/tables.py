@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bench.console import ColumnGroup, fit_columns
 from bench.errors import first_line
 from bench.measure.timing import TimingSummary
 from bench.results.analysis import describe_layer
@@ -133,6 +134,14 @@ def format_throughput(result: CaseResult) -> str:
     return f"  {achieved:.1f} GFLOP/s/rank ({100 * fraction:.0f}% of matmul)"
 
 
+CASE_LINE_LEGEND = (
+    "status lines: IQR = interquartile range / median over repeats; ranks xN = the slowest rank's median "
+    "/ the fastest's (1.00: balanced); peak = rank-max peak allocated; contended = the machine was shared "
+    "while it was timed (no verdict in bench compare)"
+)
+"""What the labels of `case_line` mean, printed once under the run's tables (bench show's notes)."""
+
+
 def case_line(result: CaseResult) -> str:
     """One rich-markup status line of a finished case: status, id, median, IQR, peak, wall time."""
     case_id = escape(result.case.case_id)
@@ -166,22 +175,28 @@ class TableData:
     """A column of pass/FAIL cells, coloured in the terminal."""
 
 
-def to_rich(table: TableData) -> Table:
-    t = Table(title=escape(table.title), title_justify="left")
-    for i, header in enumerate(table.headers):
-        t.add_column(escape(header), justify="right" if i in table.numeric else "left")
+def to_rich(table: TableData, group: ColumnGroup | None = None, *, continued: bool = False) -> Table:
+    """The table for the terminal: all its columns, or those of `group` at the group's widths."""
+    columns = group.columns if group is not None else list(range(len(table.headers)))
+    widths = group.widths if group is not None and group.widths is not None else [None] * len(columns)
+    title = table.title + (" (continued)" if continued else "")
+    t = Table(title=escape(title), title_justify="left")
+    for i, width in zip(columns, widths, strict=True):
+        t.add_column(escape(table.headers[i]), justify="right" if i in table.numeric else "left", width=width)
     for row in table.rows:
-        cells = [escape(c) for c in row]
-        if table.verdict_column is not None:
+        cells = {i: escape(row[i]) for i in columns}
+        if table.verdict_column in cells:
             v = row[table.verdict_column]
             cells[table.verdict_column] = f"[green]{v}[/]" if v == "pass" else f"[bold red]{v}[/]"
-        t.add_row(*cells)
+        t.add_row(*(cells[i] for i in columns))
     return t
 
 
 def print_tables(tables: Sequence[TableData], console: Console) -> None:
+    """Each table fitted to the console's width (in column groups where it is too wide), then its notes."""
     for table in tables:
-        console.print(to_rich(table))
+        for k, group in enumerate(fit_columns(table.headers, table.rows, console.width, table.numeric)):
+            console.print(to_rich(table, group, continued=k > 0))
         for note in table.notes:
             style = "red" if note.startswith(("FAIL", "initial weights DIFFER")) else "dim"
             console.print(escape(note), style=style, soft_wrap=True)

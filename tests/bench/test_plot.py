@@ -3,6 +3,7 @@ right cases, charts the results cannot support are skipped with a note, several 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -16,6 +17,7 @@ from bench.render.plots import BUILDERS, build_charts, sources_for
 from bench.results import analysis
 from bench.results.analysis import Variant
 from bench.results.store import load_result, save_result
+from bench.results.traffic import bytes_moved
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -82,7 +84,8 @@ def test_charts_the_results_cannot_support_are_skipped_with_a_note(tmp_path, cap
     # ablation.json: one sequence length (no time/memory vs length), no weak-scaling sweep
     assert main(["plot", str(FIXTURES / "ablation.json"), "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert sorted(p.stem for p in tmp_path.glob("*.png")) == ["checkpoint_summary", "strong_scaling"]
+    drawn = sorted(p.stem for p in tmp_path.glob("*.png"))
+    assert drawn == ["checkpoint_summary", "comm_vs_seq", "strong_scaling"]
     assert "time_vs_seq: skipped, needs at least two global sequence lengths at one CP degree" in printed
     assert "weak_scaling: skipped, no weak-scaling sweep (local_seq_len)" in printed
     assert "memory_vs_seq: skipped" in printed
@@ -90,10 +93,11 @@ def test_charts_the_results_cannot_support_are_skipped_with_a_note(tmp_path, cap
 
 def test_several_files_overlay_as_labelled_series(tmp_path):
     runs = [load_result(FIXTURES / "scaling.json"), load_result(FIXTURES / "ablation.json")]
-    sources = sources_for(runs, ["scaling", "ablation"])
+    sources = sources_for(runs)
     assert [s.label for s in sources] == [analysis.source_label(r) for r in runs]
-    twice = sources_for([runs[0], runs[0]], ["a", "b"])
-    assert twice[0].label != twice[1].label and twice[0].label.endswith("(a)")
+    label = analysis.source_label(runs[0])
+    twice = [s.label for s in sources_for([runs[0], runs[0]])]
+    assert twice == [f"{label} (tiny-scaling, 1)", f"{label} (tiny-scaling, 2)"]
     charts, notes = build_charts(sources)  # two scenarios: charts are named per scenario
     names = {c.name for c in charts}
     assert "tiny-scaling-time_vs_seq" in names and "tiny-ablation-strong_scaling" in names
@@ -121,6 +125,7 @@ def test_without_out_the_charts_go_to_a_new_folder_never_the_committed_one(suite
     for folder in folders:
         assert sorted(p.stem for p in (suite_dir / "results" / folder).glob("*.png")) == [
             "checkpoint_summary",
+            "comm_vs_seq",
             "strong_scaling",
         ]
     assert f"results/{folders[0]}/strong_scaling.png" in capsys.readouterr().out
@@ -144,7 +149,7 @@ def test_memory_series_that_coincide_stay_apart():
     """Equal peaks (the modes with a summary peak alike) are nudged sideways, centred on the true length,
     so that no series hides another; the values themselves are untouched."""
     run = load_result(FIXTURES / "scaling.json")
-    fig = BUILDERS["memory_vs_seq"](sources_for([run], ["scaling.json"]), "tiny-scaling")
+    fig = BUILDERS["memory_vs_seq"](sources_for([run]), "tiny-scaling")
     lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata())]
     assert len(lines) == 2
     (x_a, y_a), (x_b, _) = ((list(line.get_xdata()), list(line.get_ydata())) for line in lines)
@@ -156,3 +161,29 @@ def test_memory_series_that_coincide_stay_apart():
         for n in lengths
     ]
     assert y_a == [r.memory.peak_mib for r in expected]
+
+
+def test_throughput_is_tokens_per_second_of_the_median():
+    run = load_result(FIXTURES / "scaling.json")
+    fig = BUILDERS["throughput_vs_seq"](sources_for([run]), "tiny-scaling")
+    assert fig.axes[0].get_ylabel() == "thousand tokens/s (all ranks)"
+    lengths = analysis.seq_lens(run, "tiny-scaling", 1)
+    ulysses = [analysis.find(run, "tiny-scaling", Variant("ulysses", None), 1, n, "forward") for n in lengths]
+    line = next(line for line in fig.axes[0].get_lines() if len(line.get_xdata()) == len(lengths))
+    expected = [r.case.seq_len * r.case.batch / r.timing.median_s / 1e3 for r in ulysses]
+    assert list(line.get_ydata()) == pytest.approx(expected)
+    assert fig.axes[0].get_ylim()[0] == 0  # rates: a linear axis from 0
+
+
+def test_communication_chart_shows_each_modes_bytes_per_rank():
+    """One line per mode at every CP degree > 1 (one rank moves nothing), from the communication model."""
+    run = load_result(FIXTURES / "scaling.json")
+    fig = BUILDERS["comm_vs_seq"](sources_for([run, run]), "tiny-scaling")  # a file twice: one line each
+    assert [ax.get_title() for ax in fig.axes] == ["forward, CP2", "forward+backward, CP2"]
+    lines = [line for line in fig.axes[1].get_lines() if len(line.get_xdata())]
+    assert len(lines) == 2  # ulysses, p2p: not once per file
+    p2p = analysis.find(run, "tiny-scaling", Variant("p2p", True), 2, 128, "forward_backward")
+    assert bytes_moved(p2p.case) / 2**20 in list(lines[1].get_ydata())
+    single = load_result(FIXTURES / "ablation.json")
+    one_rank = dataclasses.replace(single, cases=[c for c in single.cases if c.case.cp == 1])
+    assert BUILDERS["comm_vs_seq"](sources_for([one_rank]), "tiny-ablation").startswith("no case ran on more")

@@ -3,6 +3,7 @@ efficiency, environment, chart links) and a self-contained HTML file; sections a
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -15,7 +16,17 @@ from rich.console import Console
 from bench.cli import main
 from bench.commands import report as report_command
 from bench.render import report
-from bench.render.document import Paragraph, Section, Table, markdown_table, markdown_text, render_markdown
+from bench.render.document import (
+    Image,
+    MarkdownCharts,
+    Paragraph,
+    Section,
+    Table,
+    markdown_table,
+    markdown_text,
+    render_markdown,
+)
+from bench.render.plots import BUILDERS
 from bench.results import analysis
 from bench.results.analysis import Variant
 from bench.results.store import load_result
@@ -36,7 +47,8 @@ def test_markdown_has_the_seed_shaped_tables(markdown):
     _, text = markdown
     run = load_result(FIXTURES / "scaling.json")
     assert text.startswith(f"# gdn-cp-bench: tiny-scaling ({analysis.source_label(run)})\n")
-    for heading in ("## Overview", "## Results", "## Summary checkpoint ablation", "## Scaling efficiency"):
+    headings = ["## Overview", "## Scenario tiny-scaling", "### Results", "### Summary checkpoint ablation"]
+    for heading in [*headings, "### Scaling efficiency", "### Charts", "## Environment"]:
         assert f"\n{heading}\n" in text
     assert "**tiny-scaling: CP2 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)**" in text
     header = (
@@ -87,13 +99,13 @@ def test_markdown_scaling_efficiency(markdown):
 
 def test_markdown_environment_and_chart_links(markdown):
     out, text = markdown
-    assert "\n## Environment\n" in text and "| threads per rank | cp1: 2, cp2: 1 (cores // ranks) |" in text
-    assert "| torch | 2.13.0+cpu |" in text
+    assert "| files | device | host | threads per rank | launcher | software |" in text
+    assert (
+        "| #1 | cpu (x86_64, gloo) | vm: Intel(R) Xeon(R) Processor, 2 cores | cp1: 2, cp2: 1 (cores // "
+        in text
+    )
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert links == [
-        f"baseline-charts/{name}.png"
-        for name in ("time_vs_seq", "weak_scaling", "strong_scaling", "memory_vs_seq", "checkpoint_summary")
-    ]
+    assert links == [f"baseline-charts/{name}.png" for name in BUILDERS]
     for link in links:
         png = out.parent / link
         assert png.read_bytes()[:4] == b"\x89PNG" and png.with_suffix(".svg").is_file()
@@ -122,7 +134,7 @@ def test_html_is_one_self_contained_file(tmp_path, capsys):
     parser.feed(page)
     assert parser.refs and all(r.startswith("data:image/png;base64,") for r in parser.refs)
     assert "link" not in parser.tags and "script" not in parser.tags
-    assert "<h2>Summary checkpoint ablation</h2>" in page and '<th class="left">implementation</th>' in page
+    assert "<h3>Summary checkpoint ablation</h3>" in page and '<th class="left">implementation</th>' in page
     assert "graph kept" in page and "<h2>Not measured</h2>" in page  # the fixture's failed case
     assert "MemoryError: injected: out of memory on rank" in page
 
@@ -146,7 +158,7 @@ def test_a_section_is_added_by_one_builder():
     def accuracy(rs):
         return Section(title="Accuracy", blocks=[Paragraph(text=f"{len(rs)} run checked")])
 
-    without_charts = [b for b in report.SECTIONS if b is not report.charts]
+    without_charts = [b for b in report.SECTIONS if b is not report.scenarios]
     _, sections = report.build_report(runs, sections=[*without_charts, accuracy])
     assert [s.title for s in sections][-1] == "Accuracy"
     text = render_markdown("t", sections, charts=None)  # no image block: no chart folder needed
@@ -178,3 +190,71 @@ def test_markdown_without_out_puts_its_charts_in_a_new_folder(suite_dir: Path, c
     assert "--out results: is a folder; give the report's file name" in capsys.readouterr().err
     assert main(["report", str(FIXTURES / "ablation.json"), "--charts", "bench.yaml"]) == 1
     assert "--charts bench.yaml: is a file; give a folder for the charts" in capsys.readouterr().err
+
+
+def _built(paths: list[Path]) -> tuple[str, list[Section]]:
+    return report.build_report(report.report_runs([load_result(p) for p in paths], paths))
+
+
+def _titles(sections: list[Section]) -> list[str]:
+    return [s.title for s in sections]
+
+
+def test_many_files_read_well(tmp_path):
+    """Timing runs of two scenarios and a verify file: a short title, one section per scenario whose charts
+    hold only its own runs, the verify file in the accuracy section (not as a run of 0 cases), one
+    environment row per distinct machine."""
+    paths = [FIXTURES / "scaling.json", FIXTURES / "ablation.json", FIXTURES / "verify.json"]
+    title, sections = _built(paths)
+    labels = list(dict.fromkeys(analysis.source_label(load_result(p)) for p in paths))
+    commits = ", ".join(labels[:2]) + (f" +{len(labels) - 2} more" if len(labels) > 2 else "")
+    assert title == f"gdn-cp-bench: tiny-scaling, tiny-ablation; verify tiny-ablation ({commits})"
+    assert _titles(sections) == [
+        "Overview",
+        "Scenario tiny-scaling",
+        "Scenario tiny-ablation",
+        "Accuracy (bench verify)",
+        "Not measured",
+        "Environment",
+    ]
+    overview = sections[0].blocks[0]
+    assert [row[2] for row in overview.rows] == ["timing", "timing", "verify"]
+    assert overview.rows[2][-1] == "3 checks: 3 pass" and "cases" not in overview.rows[2][-1]
+    scaling = sections[1]
+    charts = next(s for s in scaling.subsections if s.title == "Charts")
+    images = [b for b in charts.blocks if isinstance(b, Image)]
+    assert images and all(i.chart.name.startswith("tiny-scaling-") for i in images)
+    # one series source per chart: the ablation run measured another scenario, so it is not in the legend
+    legend = [t.get_text() for t in images[0].chart.figure.legends[0].get_texts()]
+    assert not any("tiny-ablation" in t for t in legend)
+    (accuracy,) = sections[3].subsections
+    assert accuracy.title.startswith("#3 ") and accuracy.title.endswith(": tiny-ablation")
+    environment = sections[-1].blocks[0]
+    assert len(environment.rows) == 2 and environment.rows[1][0] == "#3"  # both runs share threads: one row
+    text = render_markdown(title, sections, MarkdownCharts(folder=tmp_path / "c", relative_to=tmp_path))
+    assert text.count("\n## ") == 6 and "### Charts" in text
+
+
+def test_base_vs_head_sets_verdicts_beside_the_accuracy_checks():
+    """Two timing runs sharing cases: the timing verdicts and the checks of the head commit's verify file,
+    judged as `bench gate` judges them."""
+    paths = [FIXTURES / "ablation.json", FIXTURES / "ablation.json", FIXTURES / "verify.json"]
+    runs = [load_result(p) for p in paths]
+    head_env = dataclasses.replace(runs[1].environment, git_commit="b" * 40, git_dirty=False)
+    runs[1] = dataclasses.replace(runs[1], environment=head_env)
+    runs[2] = dataclasses.replace(runs[2], environment=head_env)  # head's checks
+    _, sections = report.build_report(report.report_runs(runs, paths))
+    section = next(s for s in sections if s.title == "Base vs head")
+    tables = [b for b in section.blocks if isinstance(b, Table)]
+    assert [t.title for t in tables] == ["timing: base vs head", "accuracy: bench verify"]
+    assert {row[-1] for row in tables[0].rows} == {"~"}  # 3 repeats: no verdict can be better or worse
+    assert [row[1:3] for row in tables[1].rows] == [["-", "pass"]] * 3  # no check of base's commit
+    verdict = section.blocks[-1].text
+    assert (
+        verdict.startswith("As `bench gate` would judge it: pass; timing: ") and "3 checks on head" in verdict
+    )
+
+
+def test_no_base_vs_head_without_shared_cases():
+    _, sections = _built([FIXTURES / "scaling.json", FIXTURES / "ablation.json"])
+    assert "Base vs head" not in _titles(sections)
