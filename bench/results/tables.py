@@ -199,7 +199,7 @@ def print_tables(tables: Sequence[TableData], console: Console) -> None:
             console.print(to_rich(table, group, continued=k > 0))
         for note in table.notes:
             style = "red" if note.startswith(("FAIL", "initial weights DIFFER")) else "dim"
-            console.print(escape(note), style=style, soft_wrap=True)
+            console.print(escape(note), style=style)  # wrapped at words to the width, as the tables are
 
 
 def throughput_table(run: RunResult) -> TableData | None:
