@@ -37,6 +37,15 @@ class AllGatherMode(SequenceShardMode):
         passes = 2 if case.backward else 1
         add_volume(volume, "all_gather", passes * packed, passes * packed, passes)
 
+    @classmethod
+    def exchange_flops(cls, case: CommCase) -> int:
+        """Each of this rank's P pieces folds all cp P gathered slots (later ones as the identity): one
+        M @ H + S per slot, 2 K^2 V per value head; the backward twice that."""
+        c = case.config
+        slots = case.cp * pieces_per_rank(case.layout) ** 2
+        per_slot = 2 * case.batch * c.num_v_heads * c.head_k_dim**2 * c.head_v_dim
+        return slots * per_slot * (3 if case.backward else 1)
+
     def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
         gathering = begin_all_gather_stack(pack_summary(S, M), self.group)  # [cp, P, B, Hv, K, V + K]
         return gathering.then(lambda gathered: self._fold(gathered, S, M, plan))

@@ -103,6 +103,25 @@ class CPMode(ABC):
         """Bytes the case's rank sends and receives in one pass at cp > 1 (gdn_cp.distributed.comm_model
         documents the notation)."""
 
+    @classmethod
+    def exchange_flops(cls, case: CommCase) -> int:
+        """FLOPs this rank spends combining what the exchange brought (folds, compositions), in one pass:
+        the compute that grows with cp on top of the local op's (the cost model; the base: none)."""
+        return 0
+
+    @classmethod
+    def critical_path(cls, case: CommCase) -> dict[str, tuple[int, float]]:
+        """The transfers on the case's rank's path through one pass, per kind: (calls, bytes this rank puts on
+        the wire per call), calls following one another, each waiting for the one before (so latencies add;
+        the cost model, bench.model, prices them). The base: the rank's own calls (`communication`), for
+        modes whose exchanges are collectives every rank joins at once; a mode whose messages are relayed
+        rank to rank overrides it."""
+        return {
+            kind: (v["calls"], v["sent"] / v["calls"])
+            for kind, v in cls.communication(case).items()
+            if v["calls"]
+        }
+
     # -- the call -------------------------------------------------------------------------------------------
 
     def __call__(

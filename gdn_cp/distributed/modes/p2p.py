@@ -13,7 +13,7 @@ import torch
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan, piece_owners
 from gdn_cp.distributed.modes.base import CommCase
-from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode, state_bytes
 from gdn_cp.distributed.transfers import InFlight, begin_state_chain
 
 
@@ -36,6 +36,17 @@ class P2PMode(SequenceShardMode):
         add_volume(volume, "p2p", sends * state, recvs * state, sends + recvs)
         if case.backward:
             add_volume(volume, "p2p", recvs * state, sends * state, sends + recvs)
+
+    @classmethod
+    def critical_path(cls, case: CommCase) -> dict[str, tuple[int, float]]:
+        """The state relayed piece to piece: the last piece waits for P - 1 hops (P pieces in all), and the
+        first for as many in backward, one state each; the halo as every rank's."""
+        path = super().critical_path(case)
+        c = case.config
+        state = case.batch * c.num_v_heads * c.head_k_dim * c.head_v_dim * state_bytes(c)
+        hops = (len(piece_owners(case.layout, case.cp)) - 1) * (2 if case.backward else 1)
+        path["p2p"] = (hops, state)
+        return path
 
     def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
         # Posted early: piece 0's state (its summary's S) and every rank's first receive; the rest of the

@@ -20,9 +20,9 @@ import math
 import torch
 
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.layout import ShardPlan, piece_owners
+from gdn_cp.distributed.layout import ShardPlan, piece_owners, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase
-from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode, state_bytes
 from gdn_cp.distributed.transfers import InFlight, begin_shift_pieces, shift_pieces
 from gdn_cp.ops import pack_summary, unpack_summary
 
@@ -59,6 +59,25 @@ class ScanMode(SequenceShardMode):
         add_volume(volume, "p2p", sends * packed, recvs * packed, sends + recvs)
         if case.backward:
             add_volume(volume, "p2p", recvs * packed, sends * packed, sends + recvs)
+
+    @classmethod
+    def critical_path(cls, case: CommCase) -> dict[str, tuple[int, float]]:
+        """One packed summary per round, ceil(log2 P) rounds each way; the halo as every rank's."""
+        path = super().critical_path(case)
+        c = case.config
+        packed = case.batch * c.num_v_heads * c.head_k_dim * (c.head_v_dim + c.head_k_dim) * state_bytes(c)
+        rounds = scan_rounds(len(piece_owners(case.layout, case.cp))) * (2 if case.backward else 1)
+        path["p2p"] = (rounds, packed)
+        return path
+
+    @classmethod
+    def exchange_flops(cls, case: CommCase) -> int:
+        """Per round and piece: I_v (M E_S, M E_M) and E_v <- E_v after I_{v-d} (two products more),
+        4 K^2 (V + K) per value head; the backward twice that."""
+        c = case.config
+        rounds = scan_rounds(len(piece_owners(case.layout, case.cp)))
+        per = 4 * case.batch * c.num_v_heads * c.head_k_dim**2 * (c.head_v_dim + c.head_k_dim)
+        return rounds * pieces_per_rank(case.layout) * per * (3 if case.backward else 1)
 
     def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
         # Round 0 is posted now (I_v = x_v: the exclusive window is still empty); the later rounds need the

@@ -51,6 +51,11 @@ HEADER_VALUES_BEYOND_PIECES = 2
 """Header values after the piece lengths: the input-check flag and the cu_seqlens fingerprint."""
 
 
+def state_bytes(config) -> int:
+    """Bytes per element of the states and summaries that cross ranks: the accumulation dtype's."""
+    return torch.empty((), dtype=accumulation_dtype(config.dtype)).element_size()
+
+
 def halo_tails(owners: tuple[int, ...], rank: int, width: int) -> tuple[int, int]:
     """(tails sent, tails received) by `rank` in the halo exchange: a piece's tail goes to every other rank
     holding one of the next `width` pieces (gdn_cp.distributed.collectives.exchange_halo_with_header)."""
@@ -82,15 +87,14 @@ class SequenceShardMode(CPMode):
         add_volume(volume, "halo", sent, received)
         if case.backward:
             add_volume(volume, "halo", received, sent)
-        cls.state_exchange(
-            volume, case, torch.empty((), dtype=accumulation_dtype(config.dtype)).element_size()
-        )
+        cls.state_exchange(volume, case, state_bytes(config))
         return volume
 
     @classmethod
     @abstractmethod
     def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:
-        """Add to `volume` what `entering_states` moves (states in the accumulation dtype: `state_bytes`)."""
+        """Add to `volume` what `begin_entering_states` moves (states in the accumulation dtype:
+        `state_bytes`)."""
 
     @abstractmethod
     def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:

@@ -1,0 +1,291 @@
+"""`bench model`: the cost model (bench.model) on the command line.
+
+    bench model calibrate [--cp 2 4] --output links.yaml     time this host's collectives, fit alpha-beta
+    bench model check RESULT... --links links.yaml           predicted vs measured, case by case
+    bench model table RESULT... --links links.yaml           predictions up to cp 128 and 1M tokens,
+                                                             the mode to pick and why
+
+RESULT files give the measured compute (their cp 1 cases); `--links` the interconnect, measured by
+`calibrate` or typed for a target cluster (bench/model/links.py documents the file). `table` predicts the
+measured layer, or `--scenario NAME`'s (its compute scaled by model FLOPs per token), one rank per device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from bench.console import console as default_console
+from bench.errors import UserError
+from bench.launch.estimate import human_bytes
+from bench.model.calibrate import calibrate
+from bench.model.links import Interconnect, load_interconnect
+from bench.model.predict import ComputeModel, Prediction, check_runs, fit_compute, measured_s, predict, scaled
+from bench.results.store import load_result
+from bench.suite.config import Case
+from bench.suite.loader import find_scenario, load_scenario, load_suite
+from gdn_cp.distributed import MODES, check_cp_shapes, mode_class
+
+NAME = "model"
+HELP = "The cost model: calibrate this host's links, check predictions against runs, predict any scale."
+TABLE_CP = (2, 4, 8, 16, 32, 64, 128)
+TABLE_SEQ = (32768, 131072, 1048576)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cal = actions.add_parser(
+        "calibrate", help="time p2p, all-gather, all-to-all and all-reduce, fit the links"
+    )
+    cal.add_argument("--cp", type=int, nargs="+", default=[2, 4], help="world sizes to time (default 2 4)")
+    cal.add_argument("--output", required=True, help="the interconnect file to write (refused if it exists)")
+    for name, text in (
+        ("check", "predicted vs measured for every cp > 1 case of the results"),
+        ("table", "predicted step and peak memory per mode up to cp 128 and 1M tokens, with the pick"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument(
+            "results", nargs="+", metavar="RESULT", help="result files (their cp 1 cases: compute)"
+        )
+        sub.add_argument("--links", required=True, help="interconnect file (bench model calibrate, or typed)")
+    table = actions.choices["table"]
+    table.add_argument("--scenario", help="predict this scenario's layer (default: the measured one)")
+    table.add_argument("--cp", type=int, nargs="+", default=list(TABLE_CP), help="CP degrees")
+    table.add_argument("--seq-len", type=int, nargs="+", default=list(TABLE_SEQ), help="global tokens")
+    table.add_argument(
+        "--pass", dest="pass_", choices=("forward", "forward_backward"), default="forward_backward"
+    )
+    table.add_argument(
+        "--memory-gib", type=float, help="device memory: a mode that does not fit is not picked"
+    )
+    table.add_argument("--markdown", help="also write the table and its assumptions to this markdown file")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.action == "calibrate":
+        return run_calibrate(args.cp, Path(args.output))
+    if args.action == "check":
+        return run_check(args.results, Path(args.links))
+    return run_table(
+        args.results,
+        Path(args.links),
+        scenario=args.scenario,
+        cps=args.cp,
+        seq_lens=args.seq_len,
+        pass_=args.pass_,
+        memory_gib=args.memory_gib,
+        markdown=args.markdown,
+    )
+
+
+def _new_file(path: Path) -> None:
+    if path.exists():
+        raise UserError(f"{path} exists: give another --output (nothing is overwritten)")
+    if not path.parent.is_dir():
+        raise UserError(f"{path.parent} is not a folder: create it or give another --output")
+
+
+def _links_table(links: Interconnect) -> Table:
+    table = Table(title=f"{links.name} ({links.source})")
+    for header in ("kind", "latency", "bandwidth"):
+        table.add_column(header, justify="left" if header == "kind" else "right")
+    for kind, link in links.links.items():
+        table.add_row(kind, f"{link.latency_s * 1e6:.0f} us", f"{link.bandwidth_bytes_s / 1e9:.2f} GB/s")
+    return table
+
+
+def run_calibrate(cps: Sequence[int], output: Path, console: Console | None = None) -> int:
+    console = console or default_console
+    bad = [cp for cp in cps if cp < 2]
+    if bad:
+        raise UserError(f"--cp {' '.join(map(str, bad))}: collectives need at least 2 ranks, e.g. --cp 2 4")
+    _new_file(output)
+    links = calibrate(tuple(cps))
+    output.write_text(yaml.safe_dump(links.to_dict(), sort_keys=False), encoding="utf-8")
+    console.print(_links_table(links))
+    console.print(f"wrote {output}")
+    return 0
+
+
+def _inputs(results: Sequence[str], links: Path) -> tuple[list, ComputeModel, Interconnect]:
+    runs = [load_result(p) for p in results]
+    try:
+        compute = fit_compute(runs)
+    except ValueError as e:
+        raise UserError(f"{', '.join(results)}: {e}") from e
+    return runs, compute, load_interconnect(links)
+
+
+def run_check(results: Sequence[str], links: Path, console: Console | None = None) -> int:
+    console = console or default_console
+    runs, compute, interconnect = _inputs(results, links)
+    checks = check_runs(runs, compute, interconnect)
+    if not checks:
+        raise UserError(f"{', '.join(results)}: no ok case at cp > 1 on the measured layer to check")
+    table = Table(title=f"predicted vs measured ({interconnect.name})")
+    for header in ("case", "measured", "predicted", "compute", "comm", "error"):
+        table.add_column(header, justify="left" if header == "case" else "right")
+    for c in checks:
+        p = c.predicted
+        table.add_row(
+            c.measured.case.case_id,
+            f"{measured_s(c.measured) * 1e3:.1f} ms",
+            f"{p.total_s * 1e3:.1f} ms",
+            f"{(p.compute_s + p.exchange_s) * 1e3:.1f}",
+            f"{p.comm_s * 1e3:.1f}",
+            f"{c.error:+.0%}",
+        )
+    console.print(table)
+    errors = [abs(c.error) for c in checks]
+    console.print(
+        f"median absolute error {statistics.median(errors):.0%} over {len(checks)} cases "
+        f"(largest {max(errors):.0%}); compute from the cp 1 cases, threads and shared cores as each case ran"
+    )
+    return 0
+
+
+def _template(compute: ComputeModel, runs: list, scenario: str | None) -> Case:
+    if scenario is None:
+        return next(r.case for run in runs for r in run.cases if r.status == "ok" and r.case.cp == 1)
+    suite = load_suite()
+    cases = load_scenario(find_scenario(suite, scenario)).cases(warmup=0, repeat=1)
+    return cases[0]
+
+
+def _feasible(case: Case) -> str | None:
+    """Why `case` cannot run (short: the table's legend gives the rule), or None."""
+    config = case.layer_config()
+    try:
+        mode_class(case.mode).check_shapes(config, case.cp)
+    except ValueError:
+        return f"heads {config.num_k_heads}/{config.num_v_heads} do not split over cp"
+    try:
+        check_cp_shapes(case.mode, config, case.cp, case.seq_len, case.layout)
+    except ValueError:
+        return "the sequence does not split over cp"
+    return None
+
+
+def _unmeasured(compute: ComputeModel, case: Case) -> str | None:
+    if any(k[:3] == (case.mode, case.checkpoint, case.pass_) for k in compute.fits):
+        return None
+    return "no cp 1 case measured to fit its compute"
+
+
+def _why(best: Prediction, ranked: list[Prediction]) -> str:
+    parts = []
+    if len(ranked) > 1:
+        second = ranked[1]
+        share = second.comm_s / second.total_s if second.total_s else 0.0
+        parts.append(
+            f"next {second.case.mode} +{second.total_s / best.total_s - 1:.0%}"
+            + (f" ({share:.0%} communication)" if share >= 0.2 else "")
+        )
+    return "; ".join(parts)
+
+
+def run_table(
+    results: Sequence[str],
+    links: Path,
+    *,
+    scenario: str | None = None,
+    cps: Sequence[int] = TABLE_CP,
+    seq_lens: Sequence[int] = TABLE_SEQ,
+    pass_: str = "forward_backward",
+    memory_gib: float | None = None,
+    markdown: str | None = None,
+    console: Console | None = None,
+) -> int:
+    console = console or default_console
+    if markdown is not None:
+        _new_file(Path(markdown))
+    runs, compute, interconnect = _inputs(results, links)
+    template = _template(compute, runs, scenario)
+    threads = max(k[3] for k in compute.fits)
+    rows, notes = [], set()
+    for seq_len in seq_lens:
+        for cp in cps:
+            preds, excluded = [], {}
+            for mode in MODES:
+                case = scaled(template, mode=mode, cp=cp, seq_len=seq_len, pass_=pass_, checkpoint=None)
+                if mode != "ulysses":
+                    case = scaled(case, checkpoint=True)
+                reason = _feasible(case) or _unmeasured(compute, case)
+                if reason is None:
+                    p = predict(case, compute, interconnect, threads=threads)
+                    notes.update(p.notes)
+                    if memory_gib is not None and p.peak_bytes > memory_gib * 2**30:
+                        reason = f"needs {human_bytes(p.peak_bytes)} > {memory_gib:g} GiB"
+                    preds.append(p)
+                if reason is not None:
+                    excluded[mode] = reason
+            fits = sorted((p for p in preds if p.case.mode not in excluded), key=lambda p: p.total_s)
+            rows.append((seq_len, cp, preds, fits, excluded))
+    headers = ["T", "cp", *MODES, "pick", "why"]
+    table = Table(title=f"predicted {pass_} per layer, ms (peak) - {interconnect.name}")
+    for h in headers:
+        table.add_column(h, justify="right" if h in ("T", "cp", *MODES) else "left")
+    md_rows, reasons = [], {}
+    for seq_len, cp, preds, fits, excluded in rows:
+        by_mode = {p.case.mode: p for p in preds}
+        cells = [
+            f"{by_mode[m].total_s * 1e3:,.0f} ({human_bytes(by_mode[m].peak_bytes)})" if m in by_mode else "-"
+            for m in MODES
+        ]
+        pick = fits[0].case.mode if fits else "none fits"
+        why = _why(fits[0], fits) if fits else ""
+        for mode, reason in excluded.items():
+            reasons.setdefault(f"{mode}: {reason}", None)
+        row = [f"{seq_len // 1024}K", str(cp), *cells, pick, why]
+        table.add_row(*row)
+        md_rows.append(row)
+    console.print(table)
+    assumptions = _assumptions(compute, interconnect, template, threads, results, sorted(notes))
+    if reasons:
+        assumptions.append("not picked where shown '-' or over the memory: " + "; ".join(reasons))
+    for line in assumptions:
+        console.print(line, style="dim")
+    if markdown is not None:
+        lines = [
+            f"# Cost model: {pass_} of one GDN layer, by CP mode",
+            "",
+            *(f"- {a}" for a in assumptions),
+            "",
+        ]
+        lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(r) + " |" for r in md_rows]
+        Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        console.print(f"wrote {markdown}")
+    return 0
+
+
+def _assumptions(
+    compute: ComputeModel,
+    links: Interconnect,
+    template: Case,
+    threads: int,
+    results: Sequence[str],
+    notes: list[str],
+) -> list[str]:
+    c = template.layer_config()
+    out = [
+        f"layer: hidden {c.hidden_size}, heads {c.num_k_heads}/{c.num_v_heads}, head dims "
+        f"{c.head_k_dim}/{c.head_v_dim}, chunk {c.chunk_size}, {template.dtype}, batch {template.batch}; "
+        "summary checkpoint on; contiguous layout",
+        f"compute: fitted to the cp 1 cases of {', '.join(Path(r).name for r in results)} "
+        f"({threads} threads per rank), one rank per device (no shared cores)",
+        f"links: {links.name} ({links.source}): "
+        + ", ".join(
+            f"{k} {v.latency_s * 1e6:.0f} us + {v.bandwidth_bytes_s / 1e9:.2f} GB/s"
+            for k, v in links.links.items()
+        ),
+        "communication on each mode's critical path (p2p: P - 1 relayed states; scan: ceil(log2 P) rounds; "
+        "collectives joined at once); memory: the preflight estimate (bench/launch/estimate.py); no overlap",
+    ]
+    return out + notes

@@ -1,0 +1,183 @@
+"""The cost model (bench.model, `bench model`): the alpha-beta fit and file, the per-mode critical paths and
+their scaling shapes, the compute fit on a frozen run, a real calibration on 2 ranks, and the command."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cli import main
+from bench.errors import UserError
+from bench.model.calibrate import calibrate
+from bench.model.links import (
+    LINK_KINDS,
+    Interconnect,
+    Link,
+    fit_link,
+    interconnect_from_dict,
+    steps,
+    wire_bytes,
+)
+from bench.model.predict import ComputeModel, LineFit, check_runs, comm_seconds, fit_compute, predict, scaled
+from bench.results.store import load_result
+from bench.suite.config import Case
+from gdn_cp.layers import GatedDeltaNetConfig
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SCALING = FIXTURES / "scaling.json"
+
+LINKS = {
+    "name": "test links",
+    "source": "typed for the test",
+    "links": {k: {"latency_us": 100, "bandwidth_gb_s": 1.0} for k in LINK_KINDS},
+}
+
+
+def _links(latency_s: float = 1e-4, bandwidth: float = 1e9) -> Interconnect:
+    return Interconnect("t", "test", {k: Link(latency_s, bandwidth) for k in LINK_KINDS})
+
+
+@pytest.mark.parametrize("kind", LINK_KINDS)
+def test_fit_recovers_latency_and_bandwidth(kind: str) -> None:
+    alpha, beta = 3e-5, 2e9
+    samples = [
+        (cp, n, steps(kind, cp) * alpha + wire_bytes(kind, cp, n) / beta)
+        for cp in (2, 4)
+        for n in (1 << 10, 1 << 16, 1 << 22)
+    ]
+    link = fit_link(kind, samples)
+    assert link.latency_s == pytest.approx(alpha, rel=1e-6)
+    assert link.bandwidth_bytes_s == pytest.approx(beta, rel=1e-6)
+
+
+def test_interconnect_file_round_trips_and_bad_fields_are_named() -> None:
+    links = interconnect_from_dict(LINKS, "t.yaml")
+    assert links.link("halo") is links.links["all_to_all"]  # the halo is an all-to-all-v
+    again = interconnect_from_dict(links.to_dict(), "again")
+    assert (again.name, again.source) == (links.name, links.source)
+    for kind, link in links.links.items():
+        assert again.links[kind].latency_s == pytest.approx(link.latency_s)
+        assert again.links[kind].bandwidth_bytes_s == pytest.approx(link.bandwidth_bytes_s)
+    with pytest.raises(UserError, match="missing all_reduce"):
+        interconnect_from_dict(
+            {**LINKS, "links": {k: v for k, v in LINKS["links"].items() if k != "all_reduce"}}, "f"
+        )
+    bad = {**LINKS, "links": {**LINKS["links"], "p2p": {"latency_us": -1, "bandwidth_gb_s": 1}}}
+    with pytest.raises(UserError, match=r"links\.p2p\.latency_us must be a positive number"):
+        interconnect_from_dict(bad, "f")
+    with pytest.raises(UserError, match="is a mapping"):
+        interconnect_from_dict([1], "f")
+
+
+def _case(mode: str, cp: int, seq_len: int, **kw) -> Case:
+    template = next(r.case for r in load_result(SCALING).cases if r.case.cp == 1)
+    checkpoint = None if mode == "ulysses" else True
+    return scaled(
+        template, mode=mode, cp=cp, seq_len=seq_len, pass_="forward_backward", checkpoint=checkpoint, **kw
+    )
+
+
+def test_critical_paths_scale_as_each_mode_relays() -> None:
+    """With latency only, p2p's communication grows like cp - 1 hops, scan's like ceil(log2 cp) rounds; the
+    halo (an all-to-all-v) is in both; all_gather's collective like cp - 1 ring steps."""
+    links = _links(latency_s=1e-3, bandwidth=1e30)
+    halo = {cp: comm_seconds(_case("p2p", cp, 1024), links) - 2 * (cp - 1) * 1e-3 for cp in (2, 4, 8, 16)}
+    for cp in (2, 4, 8, 16):
+        assert halo[cp] == pytest.approx(2 * (cp - 1) * 1e-3)  # two halo all-to-alls, cp - 1 steps each
+        scan = comm_seconds(_case("scan", cp, 1024), links) - halo[cp]
+        assert scan == pytest.approx(2 * math.ceil(math.log2(cp)) * 1e-3)
+        gather = comm_seconds(_case("all_gather", cp, 1024), links) - halo[cp]
+        assert gather == pytest.approx(2 * (cp - 1) * 1e-3)
+    zigzag = comm_seconds(_case("p2p", 4, 1024, layout="zigzag"), links)
+    assert zigzag > comm_seconds(_case("p2p", 4, 1024), links)  # 2 cp pieces: 2 cp - 1 hops
+
+
+def _compute(slope_s: float = 1e-6) -> ComputeModel:
+    config = _case("p2p", 1, 64).layer_config()
+    fits = {
+        (mode, ckpt, "forward_backward", 2): LineFit(0.0, slope_s, 2)
+        for mode, ckpt in (("ulysses", None), ("p2p", True), ("all_gather", True), ("scan", True))
+    }
+    return ComputeModel(config, fits, matmul_gflops=100.0, cores=64)
+
+
+def test_weak_scaling_shapes() -> None:
+    """Fixed tokens per rank: compute stays, so the sequence-shard modes' step grows only by their
+    relays (scan by far the least at large cp), and all_gather's by the cp summaries it moves and folds."""
+    compute, links = _compute(), _links(latency_s=2e-5, bandwidth=2e10)
+    local = 8192
+
+    def step(mode: str, cp: int) -> float:
+        return predict(_case(mode, cp, local * cp), compute, links, threads=2).total_s
+
+    assert step("p2p", 8) / step("p2p", 2) < 1.1  # nearly flat at small cp, as in the reference tables
+    assert step("scan", 128) < step("p2p", 128) < step("all_gather", 128)
+    assert predict(_case("all_gather", 64, local * 64), compute, links, threads=2).exchange_s > 0
+
+
+def test_compute_is_scaled_for_threads_shared_cores_and_another_layer() -> None:
+    compute = _compute()
+    case = _case("p2p", 4, 4096)
+    alone = predict(case, compute, _links(), threads=2)
+    half = predict(case, compute, _links(), threads=1)
+    assert half.compute_s == pytest.approx(2 * alone.compute_s) and half.notes
+    crowded = predict(
+        case,
+        ComputeModel(compute.config, compute.fits, 100.0, cores=4),
+        _links(),
+        threads=2,
+        ranks_per_host=4,
+    )
+    assert crowded.compute_s == pytest.approx(2 * alone.compute_s)
+    wider = scaled(case, hidden_size=2 * case.hidden_size)
+    config = wider.layer_config()
+    assert config != compute.config
+    ratio = (config.flops(batch=1, seq_len=1 << 16, backward=True)) / compute.config.flops(
+        batch=1, seq_len=1 << 16, backward=True
+    )
+    assert predict(wider, compute, _links(), threads=2).compute_s == pytest.approx(alone.compute_s * ratio)
+
+
+def test_fit_and_check_on_a_frozen_run() -> None:
+    run = load_result(SCALING)
+    compute = fit_compute([run])
+    assert {k[0] for k in compute.fits} == {"ulysses", "p2p"} and compute.cores == 2
+    checks = check_runs([run], compute, interconnect_from_dict(LINKS, "t"))
+    assert {c.measured.case.cp for c in checks} == {2}
+    assert len(checks) == sum(r.status == "ok" and r.case.cp == 2 for r in run.cases)
+    assert all(math.isfinite(c.error) and c.predicted.total_s > 0 for c in checks)
+    with pytest.raises(ValueError, match="no measured cp 1 case"):
+        fit_compute(
+            [run],
+            config=GatedDeltaNetConfig(
+                hidden_size=8, num_k_heads=1, num_v_heads=1, head_k_dim=4, head_v_dim=4
+            ),
+        )
+
+
+@pytest.mark.multirank
+def test_calibration_on_two_ranks_fits_every_kind() -> None:
+    links = calibrate((2,), sizes=(1 << 10, 1 << 16), repeats=2, timeout_s=60)
+    assert set(links.links) == set(LINK_KINDS)
+    assert all(link.latency_s >= 0 and link.bandwidth_bytes_s > 0 for link in links.links.values())
+    assert len(links.samples) == 2 * len(LINK_KINDS) and links.source.startswith("measured")
+
+
+def test_bench_model_check_and_table(tmp_path: Path, capsys) -> None:
+    links = tmp_path / "links.yaml"
+    links.write_text(yaml.safe_dump(LINKS), encoding="utf-8")
+    assert main(["model", "check", str(SCALING), "--links", str(links)]) == 0
+    assert "median absolute error" in capsys.readouterr().out
+    md = tmp_path / "table.md"
+    argv = ["model", "table", str(SCALING), "--links", str(links), "--cp", "2", "128", "--seq-len", "1048576"]
+    assert main([*argv, "--markdown", str(md), "--memory-gib", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "pick" in out and "heads 2/4 do not split over cp" in out
+    text = md.read_text(encoding="utf-8")
+    assert text.startswith("# Cost model") and "| 1024K | 128 |" in text and "typed for the test" in text
+    assert main([*argv, "--markdown", str(md)]) == 1  # never overwritten
+    assert "exists" in capsys.readouterr().err
+    assert main(["model", "calibrate", "--cp", "1", "--output", str(tmp_path / "x.yaml")]) == 1
