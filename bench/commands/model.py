@@ -213,9 +213,8 @@ def run_table(
         for cp in cps:
             preds, excluded = [], {}
             for mode in MODES:
-                case = scaled(template, mode=mode, cp=cp, seq_len=seq_len, pass_=pass_, checkpoint=None)
-                if mode != "ulysses":
-                    case = scaled(case, checkpoint=True)
+                checkpoint = True if mode_class(mode).has_summary else None
+                case = scaled(template, mode=mode, cp=cp, seq_len=seq_len, pass_=pass_, checkpoint=checkpoint)
                 reason = _feasible(case) or _unmeasured(compute, case)
                 if reason is None:
                     p = predict(case, compute, interconnect, threads=threads)
