@@ -110,7 +110,7 @@ def fit_columns(
 ) -> list[ColumnGroup]:
     """How to draw a table in `width` characters without cutting a cell: all columns at once where they
     fit, headers wrapped at spaces where needed; else in groups, each repeating the leading columns that
-    name a row (the first, and those before the first `numeric` one after it)."""
+    name a row (the first, and those before the first `numeric` one after it, up to half the width)."""
     n = len(headers)
     texts = [[headers[i], *(r[i] for r in rows)] for i in range(n)]
     natural = [max(cell_len(t) for t in col) for col in texts]
@@ -119,7 +119,8 @@ def fit_columns(
     if sum(natural) <= room(range(n)):
         return [ColumnGroup(columns=list(range(n)), widths=None)]
     keys = [0]
-    while len(keys) < n - 1 and len(keys) not in numeric:
+    # row names end at the first numeric column, and never take more than half the page
+    while len(keys) < n - 1 and len(keys) not in numeric and sum(narrowest[: len(keys) + 1]) <= width // 2:
         keys.append(len(keys))
     groups: list[list[int]] = []
     current = list(keys)

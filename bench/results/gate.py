@@ -135,12 +135,25 @@ def gate(
     return GateResult(comparison=comparison, accuracy=pair_records(base_records, head_records))
 
 
+def _shared_prefix(keys: Sequence[str]) -> str:
+    """The leading `part/` segments every key shares (`cpu-smoke/`, `layer/cpu-verify/`): said once in the
+    title instead of on every row."""
+    parts = [k.split("/")[:-1] for k in keys]
+    common: list[str] = []
+    for segment in zip(*parts, strict=False):
+        if len(set(segment)) != 1:
+            break
+        common.append(segment[0])
+    return "".join(f"{x}/" for x in common)
+
+
 def timing_table(result: GateResult) -> TableData:
     """case | base | head | head/base | verdict, and the rule under it."""
     c = result.comparison
+    prefix = _shared_prefix([case.key for case in c.cases] + [n.key for n in c.head_failures])
     rows = [
         [
-            case.key,
+            case.key.removeprefix(prefix),
             format_ms(case.base.timing),
             format_ms(case.head.timing),
             f"{case.ratio:.3f}",
@@ -148,9 +161,12 @@ def timing_table(result: GateResult) -> TableData:
         ]
         for case in c.cases
     ]
-    rows += [[n.key, n.base_status, n.head_status, "", "failed on head"] for n in c.head_failures]
+    rows += [
+        [n.key.removeprefix(prefix), n.base_status, n.head_status, "", "failed on head"]
+        for n in c.head_failures
+    ]
     return TableData(
-        title="timing: base vs head",
+        title="timing: base vs head" + (f", {prefix.rstrip('/')}" if prefix else ""),
         headers=["case", "base", "head", "head/base", "verdict"],
         rows=rows,
         numeric={1, 2, 3},
@@ -164,6 +180,7 @@ def timing_table(result: GateResult) -> TableData:
 
 def accuracy_table(result: GateResult) -> TableData:
     """check | base | head (pass, FAIL, not run, skipped, -), and the first failure of each failing check."""
+    prefix = _shared_prefix([p.key for p in result.accuracy])
     rows = []
     for p in result.accuracy:
         failure = ""
@@ -173,9 +190,9 @@ def accuracy_table(result: GateResult) -> TableData:
             failure = first if isinstance(first, str) else f"seed {first[0]}: {', '.join(first[1])}"
         elif p.head is not None and p.head.status == "failed":
             failure = first_line(p.head.error)
-        rows.append([p.key, check_state(p.base), check_state(p.head), failure])
+        rows.append([p.key.removeprefix(prefix), check_state(p.base), check_state(p.head), failure])
     return TableData(
-        title="accuracy: bench verify",
+        title="accuracy: bench verify" + (f", {prefix.rstrip('/')}" if prefix else ""),
         headers=["check", "base", "head", "head's failure"],
         rows=rows,
         notes=["only head is judged: inexact = a check above its bar, or a case that did not run"],

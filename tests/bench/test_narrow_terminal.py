@@ -73,6 +73,7 @@ def test_gate_reads_at_80_columns():
     lines = _at_80(lambda console: gate_command.run(fixture, fixture, verify=[verify], console=console))
     _readable(lines)
     assert any(line.startswith("gate: pass") for line in lines)
+    assert "│ p2p-ckpt-cp2-T64-fwd_bwd " in "\n".join(lines)  # the scenario is said once, in the title
 
 
 def test_piped_output_takes_its_width_from_columns():

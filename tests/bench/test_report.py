@@ -246,7 +246,8 @@ def test_base_vs_head_sets_verdicts_beside_the_accuracy_checks():
     _, sections = report.build_report(report.report_runs(runs, paths))
     section = next(s for s in sections if s.title == "Base vs head")
     tables = [b for b in section.blocks if isinstance(b, Table)]
-    assert [t.title for t in tables] == ["timing: base vs head", "accuracy: bench verify"]
+    titles = ["timing: base vs head, tiny-ablation", "accuracy: bench verify, layer/tiny-ablation"]
+    assert [t.title for t in tables] == titles
     assert {row[-1] for row in tables[0].rows} == {"~"}  # 3 repeats: no verdict can be better or worse
     assert [row[1:3] for row in tables[1].rows] == [["-", "pass"]] * 3  # no check of base's commit
     verdict = section.blocks[-1].text
