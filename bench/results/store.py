@@ -3,18 +3,24 @@
     run = RunResult(name=..., environment=..., suite=..., scenarios=..., cases=[])
     writer = ResultWriter(path, run)        # creates the file (no cases yet); never over an existing one
     writer.add(CaseResult(...))             # replaces any earlier result of the same case; rewrites the file
-    run = load_result(path)                 # refuses files of another schema_version
+    run = load_result(path)                 # converts schema 1; refuses other versions
 
 Writes are atomic (a temporary file in the same folder, then os.replace), so an interrupted run leaves a
 valid file holding every case finished so far; `bench run --resume FILE` continues it.
 
-Layout (schema_version 1): {schema_version, name, created_at, environment: {...}, suite: {...},
-scenarios: {name: definition}, cases: [{params: {...case...}, status, error, samples_s: [rank][repeat],
+Layout (schema_version 2): {schema_version, name, created_at, environment: {...}, suite: {...},
+scenarios: {name: definition}, schedule_seed, session, cases: [{params: {...case...}, status, error,
+rounds: [{samples_s: [rank][repeat], contention, wall_s, position, started_at}], estimate: {...},
 timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}], verifications: [{kind, params, ...}],
-command: [argv...]}. Times are in seconds, memory in bytes. `verifications` (the records of `bench verify`,
-see bench/results/verifications.py) and `command` (the argv of the run) are optional: files written before
-they existed load with none. docs/result-schema.json is the JSON Schema of the layout
-(bench.results.schema generates it).
+command: [argv...]}. Times are in seconds, memory in bytes. Each case keeps its samples per round (one
+round: one pool lifetime, bench.launch.pool); `estimate` is the round-level estimate with its confidence
+interval (bench.results.statistics), `timing` the statistics of every timed pass of every round together.
+`verifications` (the records of `bench verify`, see bench/results/verifications.py) and `command` (the argv
+of the run) are optional: files written before they existed load with none. docs/result-schema.json is the
+JSON Schema of the layout (bench.results.schema generates it).
+
+Schema 1 (one launch per case, `samples_s` on the case) is converted on reading: its samples become the
+case's one round, without an interval (bench.results.migrate).
 """
 
 from __future__ import annotations
@@ -29,18 +35,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from bench.errors import FieldError, UserError
 from bench.measure.contention import Contention
-from bench.measure.timing import TimingSummary
+from bench.measure.timing import TimingSummary, rank_max
 from bench.results.env import Environment, now_iso
+from bench.results.migrate import UPGRADES, upgrade
 from bench.results.paths import numbered_paths
+from bench.results.statistics import Estimate
 from bench.results.verifications import Verification, verification_from_dict
 from bench.suite.config import Case, check_fields
 
-SCHEMA_VERSION = 1
-"""Bump when the layout changes; load_result refuses other versions."""
+SCHEMA_VERSION = 2
+"""Bump when the layout changes; load_result converts version 1 (bench.results.migrate), refuses others."""
 
 Status = Literal["ok", "failed", "skipped"]
+
+SESSION_ENV = "BENCH_SESSION"
+"""Set by `bench compare` for both sides of an interleaved run; `bench run` records it (RunResult.session)."""
 
 MEMORY_INCLUDES = (
     "peak allocated during one pass on a rank: parameters, input shard and output gradient live at the "
@@ -90,8 +103,52 @@ class ThroughputResult:
 
 
 @dataclass(kw_only=True, slots=True)
+class RoundResult:
+    """One round of a case: its timed passes in one pool lifetime (bench.launch.pool)."""
+
+    samples_s: list[list[float]]
+    """[rank][repeat] elapsed seconds of the timed pass."""
+    contention: Contention | None = None
+    """How shared the machine was while this round was timed (None where unknown)."""
+    wall_s: float = 0.0
+    """Wall time of the case in this round, from handing it to the ranks to their answer."""
+    position: int = 0
+    """Its place in the round's shuffled order (0: first); see RunResult.schedule_seed."""
+    started_at: str = field(default_factory=now_iso)
+
+    @property
+    def median_s(self) -> float:
+        """The round median: median over repeats of the rank-max time."""
+        return float(np.median(rank_max(self.samples_s)))
+
+    @property
+    def contended(self) -> bool:
+        return self.contention is not None and self.contention.contended
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples_s": self.samples_s,
+            "contention": None if self.contention is None else dataclasses.asdict(self.contention),
+            "wall_s": self.wall_s,
+            "position": self.position,
+            "started_at": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundResult:
+        contention = data.get("contention")
+        return cls(
+            samples_s=data["samples_s"],
+            contention=None if contention is None else Contention(**contention),
+            wall_s=data["wall_s"],
+            position=data["position"],
+            started_at=data["started_at"],
+        )
+
+
+@dataclass(kw_only=True, slots=True)
 class CaseResult:
-    """The outcome of one case."""
+    """The outcome of one case, over its rounds."""
 
     case: Case
     """The case as it ran (its full configuration; `params` in the file)."""
@@ -99,32 +156,44 @@ class CaseResult:
     """ok; failed (an exception, OOM, dead rank or timeout: `error`); skipped (not run: `error` says why)."""
     error: str | None = None
     """failed: the first failing rank and its error; skipped: the reason."""
-    samples_s: list[list[float]] | None = None
-    """[rank][repeat] elapsed seconds of the timed pass (ok only)."""
+    rounds: list[RoundResult] = field(default_factory=list)
+    """The rounds measured so far, in the order they ran (ok rounds only; a failure ends the case)."""
+    estimate: Estimate | None = None
+    """The case's time: geometric mean of its clean rounds' medians with a 95% interval
+    (bench.results.statistics); ok only."""
     timing: TimingSummary | None = None
-    """Rank-max statistics over repeats (ok only)."""
+    """Rank-max statistics over every timed pass of every round together (ok only)."""
     memory: MemoryResult | None = None
-    """Peak allocated memory (ok only)."""
+    """Peak allocated memory, measured in the last round (ok only)."""
     threads_per_rank: int | None = None
     """torch threads each rank ran with (ok only)."""
     throughput: ThroughputResult | None = None
     """Model FLOPs against the measured matmul limit (ok only; None in files written before it existed)."""
     contention: Contention | None = None
-    """How shared the machine was while the case was timed (ok only; None in older files)."""
+    """The most shared of the rounds the estimate uses (ok only; None where unknown)."""
     wall_s: float = 0.0
-    """Wall time of the whole case, launch included."""
+    """Wall time of the case, all rounds together (a one-case launch: start-up included)."""
     finished_at: str = field(default_factory=now_iso)
 
     @property
     def key(self) -> str:
         return self.case.key()
 
+    @property
+    def samples_s(self) -> list[list[float]] | None:
+        """[rank][repeat of every round, in order] elapsed seconds; None without rounds."""
+        if not self.rounds:
+            return None
+        ranks = len(self.rounds[0].samples_s)
+        return [[s for r in self.rounds for s in r.samples_s[rank]] for rank in range(ranks)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "params": self.case.to_dict(),
             "status": self.status,
             "error": self.error,
-            "samples_s": self.samples_s,
+            "rounds": [r.to_dict() for r in self.rounds],
+            "estimate": None if self.estimate is None else dataclasses.asdict(self.estimate),
             "timing": None if self.timing is None else dataclasses.asdict(self.timing),
             "memory": None if self.memory is None else dataclasses.asdict(self.memory),
             "threads_per_rank": self.threads_per_rank,
@@ -140,7 +209,8 @@ class CaseResult:
             case=Case.from_dict(data["params"]),
             status=data["status"],
             error=data["error"],
-            samples_s=data["samples_s"],
+            rounds=[RoundResult.from_dict(r) for r in data["rounds"]],
+            estimate=None if data["estimate"] is None else Estimate(**data["estimate"]),
             timing=None if data["timing"] is None else TimingSummary(**data["timing"]),
             memory=None if data["memory"] is None else MemoryResult(**data["memory"]),
             threads_per_rank=data["threads_per_rank"],
@@ -172,11 +242,17 @@ class RunResult:
     command: list[str] | None = None
     """The command line that made the run, as argv (`["bench", "run", "cpu-smoke", "--set", "repeat=3"]`);
     None in files written before it was recorded, and for runs not made by `bench run` or `bench verify`."""
+    schedule_seed: int | None = None
+    """Seed of the shuffled order of every round (bench.launch.schedule); None in runs without rounds."""
+    session: str | None = None
+    """Shared by the two sides of a `bench compare REF REF`, whose rounds ran interleaved in one session
+    (the BENCH_SESSION environment variable); None for a run of its own."""
 
     def get(self, key: str) -> CaseResult | None:
         return next((c for c in self.cases if c.key == key), None)
 
     def ok_keys(self) -> set[str]:
+        """Cases ok so far (possibly with rounds still to run: CaseResult.rounds against case.rounds)."""
         return {c.key for c in self.cases if c.status == "ok"}
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,6 +266,8 @@ class RunResult:
             "cases": [c.to_dict() for c in self.cases],
             "verifications": [v.to_dict() for v in self.verifications],
             "command": self.command,
+            "schedule_seed": self.schedule_seed,
+            "session": self.session,
         }
 
     @classmethod
@@ -204,6 +282,8 @@ class RunResult:
             cases=[CaseResult.from_dict(c) for c in data["cases"]],
             verifications=[verification_from_dict(v) for v in data.get("verifications", [])],
             command=data.get("command"),
+            schedule_seed=data.get("schedule_seed"),
+            session=data.get("session"),
         )
 
 
@@ -235,14 +315,15 @@ def load_result(path: str | Path) -> RunResult:
             f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); give a result file that `bench run` wrote"
         ) from None
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION and version not in UPGRADES:
+        readable = ", ".join(str(v) for v in (*sorted(UPGRADES), SCHEMA_VERSION))
         raise UserError(
-            f"{path}: schema_version {version!r} is not the version this bench reads ({SCHEMA_VERSION}); "
-            "re-run its scenarios with this bench (`bench run`), or read it with the bench version that "
-            "wrote it"
+            f"{path}: schema_version {version!r} is not a version this bench reads ({readable}; it "
+            f"writes {SCHEMA_VERSION}); re-run its scenarios with this bench (`bench run`), or read it with "
+            "the bench version that wrote it"
         )
     try:
-        run = RunResult.from_dict(data)
+        run = RunResult.from_dict(upgrade(data))
         _check_types(run)
     except FieldError as exc:
         raise UserError(
@@ -268,7 +349,8 @@ def _check_types(run: RunResult) -> None:
     parts: list[tuple[str, Any]] = [("environment", run.environment)]
     for i, c in enumerate(run.cases):
         parts += [(f"cases[{i}]", c), (f"cases[{i}].timing", c.timing), (f"cases[{i}].memory", c.memory)]
-        parts.append((f"cases[{i}].throughput", c.throughput))
+        parts += [(f"cases[{i}].throughput", c.throughput), (f"cases[{i}].estimate", c.estimate)]
+        parts += [(f"cases[{i}].rounds[{j}]", r) for j, r in enumerate(c.rounds)]
     for where, record in parts:
         if record is None:
             continue

@@ -1,5 +1,5 @@
 """docs/result-schema.json: generated from the result dataclasses, never stale, and every committed result
-file validates against it."""
+file validates against it (older schema versions once converted, as load_result reads them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.results.migrate import upgrade
 from bench.results.schema import result_schema, schema_text, validate
-from bench.results.store import load_result
+from bench.results.store import SCHEMA_VERSION, load_result
 from gdn_cp.distributed import MODES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def test_the_committed_schema_is_the_generated_one():
 
 @pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: p.name)
 def test_every_result_file_validates(path: Path):
-    assert validate(json.loads(path.read_text()), result_schema()) == []
+    assert validate(upgrade(json.loads(path.read_text())), result_schema()) == []
 
 
 def test_the_schema_describes_fields_and_the_layout():
@@ -37,7 +38,14 @@ def test_the_schema_describes_fields_and_the_layout():
     assert schema["$ref"] == "#/$defs/RunResult" and schema["$schema"].endswith("2020-12/schema")
     run = defs["RunResult"]
     assert "command" in run["properties"] and "command" not in run["required"]  # older files lack it
-    assert run["properties"]["schema_version"]["const"] == 1
+    assert run["properties"]["schema_version"]["const"] == SCHEMA_VERSION == 2
+    rounds = defs["CaseResult"]["properties"]["rounds"]
+    assert (
+        rounds["items"] == {"$ref": "#/$defs/RoundResult"} and "samples_s" in defs["RoundResult"]["required"]
+    )
+    assert defs["Estimate"]["properties"]["median_s"]["description"].startswith(
+        "The estimate: geometric mean"
+    )
     case = defs["Case"]["properties"]
     assert "pass" in case and "pass_" not in case and case["local_seq_len"]["type"] == "integer"
     assert case["mode"]["enum"] == list(MODES)
@@ -52,7 +60,7 @@ def test_the_schema_describes_fields_and_the_layout():
 
 def test_the_validator_names_what_is_wrong():
     schema = result_schema()
-    data = json.loads((ROOT / "tests" / "bench" / "fixtures" / "ablation.json").read_text())
+    data = upgrade(json.loads((ROOT / "tests" / "bench" / "fixtures" / "ablation.json").read_text()))
     bad = copy.deepcopy(data)
     bad["cases"][0]["timing"]["median_s"] = "fast"
     bad["cases"][1]["params"]["mode"] = "ring"

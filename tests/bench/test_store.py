@@ -13,11 +13,13 @@ from bench.measure.timing import summarize
 from bench.results import store
 from bench.results.env import collect_environment
 from bench.results.paths import free_path, new_folder
+from bench.results.statistics import estimate
 from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
     MemoryResult,
     ResultWriter,
+    RoundResult,
     RunResult,
     load_result,
     result_filename,
@@ -42,7 +44,8 @@ def ok_result(i: int = 0) -> CaseResult:
     return CaseResult(
         case=CASES[i],
         status="ok",
-        samples_s=samples,
+        rounds=[RoundResult(samples_s=samples, wall_s=1.2), RoundResult(samples_s=samples, position=3)],
+        estimate=estimate([0.012, 0.012]),
         timing=summarize(samples),
         memory=MemoryResult(
             peak_bytes=3 * 2**20,
@@ -116,10 +119,32 @@ def test_other_schema_versions_are_refused_with_what_to_do(tmp_path: Path, versi
     path.write_text(json.dumps(data))
     with pytest.raises(UserError) as info:
         load_result(path)
-    assert f"schema_version {version!r} is not the version this bench reads ({SCHEMA_VERSION})" in str(
-        info.value
+    assert (
+        f"schema_version {version!r} is not a version this bench reads (1, {SCHEMA_VERSION}; it writes "
+        in str(info.value)
     )
     assert "re-run its scenarios with this bench" in str(info.value)
+
+
+def test_schema_1_files_load_with_their_samples_as_one_round():
+    """A file written before rounds (frozen fixture, schema_version 1): each ok case's samples become its one
+    round, and its estimate is that round's median, with no interval."""
+    path = Path(__file__).parent / "fixtures" / "scaling.json"
+    assert json.loads(path.read_text())["schema_version"] == 1
+    data = json.loads(path.read_text())["cases"]
+    run = load_result(path)
+    assert run.schema_version == SCHEMA_VERSION and run.schedule_seed is None and run.session is None
+    for stored, case in zip(data, run.cases, strict=True):
+        assert case.status == stored["status"]
+        if case.status != "ok":
+            continue
+        (only,) = case.rounds
+        assert only.samples_s == stored["samples_s"] == case.samples_s
+        assert case.estimate.median_s == pytest.approx(case.timing.median_s)
+        assert case.estimate.rounds == 1 and case.estimate.low_s is None and case.estimate.high_s is None
+    # and written back, it is a schema 2 file that reads the same
+    again = RunResult.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert again.cases == run.cases
 
 
 def test_unreadable_files(tmp_path: Path):
@@ -129,7 +154,7 @@ def test_unreadable_files(tmp_path: Path):
     with pytest.raises(UserError, match=r"bad.json:3: not valid JSON"):
         load_result(tmp_path / "bad.json")
     (tmp_path / "odd.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "name": "x"}))
-    with pytest.raises(UserError, match="not a bench result file of schema 1"):
+    with pytest.raises(UserError, match=f"not a bench result file of schema {SCHEMA_VERSION}"):
         load_result(tmp_path / "odd.json")
 
 
@@ -181,7 +206,7 @@ def test_values_of_the_wrong_type_are_refused_on_reading(tmp_path: Path, field, 
         load_result(path)
     data["cases"][0]["timing"] = ["not", "a", "mapping"]
     path.write_text(json.dumps(data))
-    with pytest.raises(UserError, match="not a bench result file of schema 1"):
+    with pytest.raises(UserError, match=f"not a bench result file of schema {SCHEMA_VERSION}"):
         load_result(path)
 
 

@@ -1,0 +1,165 @@
+"""Round-level statistics: a case's time with a confidence interval, and the head/base ratio's. Pure.
+
+Why rounds and not repeats: the repeats of one round run back to back in one process lifetime and share its
+state (allocator, caches, thread placement, what else the machine was doing), so they are correlated; the
+variance that decides whether a change is real is between process lifetimes and over time. Each round is
+one pool lifetime (bench.launch.pool), so each round contributes one number: its median over repeats of
+the rank-max time (the round median). Everything here starts from round medians, in seconds.
+
+Method (analytic, Student t on logarithms; not scipy.stats.bootstrap): timing noise is multiplicative, so
+round medians are taken on a log scale, where a ratio is a difference. With R = 3-5 rounds a bootstrap is
+not usable: 3 values have 10 distinct resampled means and its interval is too narrow (it undercovers by
+design at n < 10), and the order-statistic interval of a median cannot reach 95% below 6 values
+(1 - 2 / 2^5 = 94%). The t interval is exact for normal log round medians (a round median is a median of
+repeats: close to normal) and widens honestly at small R (t_{0.975, 2} = 4.30).
+
+- The estimate of a case: the geometric mean of its round medians, exp(mean(log m_r)), with the t interval
+  exp(mean +- t_{1-a/2, R-1} * sd / sqrt(R)). One round: no interval (no between-round variance seen).
+- The ratio head/base: exp(mean(log h) - mean(log b)) with Welch's interval (unequal variances,
+  Welch-Satterthwaite degrees of freedom). Rounds of both sides interleaved in one session (`bench compare
+  REF REF`) see the same drift spread over both sides, which inflates both variances alike: the interval
+  stays valid (conservative). Two files measured at different times do not: drift between them is not in
+  either variance.
+- Verdict against a factor f > 1: "worse" when the whole interval lies at or above f, "better" when at or
+  below 1/f; otherwise "too noisy" when the interval is wider than f (high / low > f: it could not tell a
+  change of f from none), else "~". Under no change a verdict needs the interval to miss 1 by a factor f,
+  so the false-verdict rate is below alpha / 2 per side. The smallest ratio the data could call worse is
+  f * half-width (its interval has the same width), which "too noisy" reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+"""Default confidence of every interval (alpha = 0.05)."""
+METHOD = "geometric mean of round medians, Student t interval on their logarithms"
+"""What Estimate.median_s is and how its interval is made (stored with each estimate)."""
+
+RatioVerdict = Literal["better", "worse", "~", "too noisy"]
+
+
+@dataclass(kw_only=True, slots=True)
+class Estimate:
+    """A case's time from its rounds, in seconds."""
+
+    median_s: float
+    """The estimate: geometric mean of the round medians (each the median over repeats of the rank-max)."""
+    low_s: float | None
+    """Lower end of the confidence interval; None with one round."""
+    high_s: float | None
+    """Upper end; None with one round."""
+    rounds: int
+    """Round medians it is made of."""
+    confidence: float = CONFIDENCE
+    """Coverage of the interval (0.95)."""
+    method: str = METHOD
+    """How it was computed."""
+
+    @property
+    def relative_half_width(self) -> float | None:
+        """sqrt(high / low) - 1: the interval's half-width as a fraction (0.04: +-4%); None with one round."""
+        if self.low_s is None or self.high_s is None or self.low_s <= 0:
+            return None
+        return math.sqrt(self.high_s / self.low_s) - 1.0
+
+
+def _logs(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError("need a non-empty list of round medians")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"round medians must be finite and > 0 seconds, got {list(values)}")
+    return np.log(arr)
+
+
+def estimate(round_medians: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """The estimate and t interval of a case from its round medians [R] in seconds (module docstring)."""
+    logs = _logs(round_medians)
+    n = logs.size
+    centre = float(logs.mean())
+    if n < 2:
+        return Estimate(median_s=math.exp(centre), low_s=None, high_s=None, rounds=n, confidence=confidence)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
+    return Estimate(
+        median_s=math.exp(centre),
+        low_s=math.exp(centre - half),
+        high_s=math.exp(centre + half),
+        rounds=n,
+        confidence=confidence,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RatioInterval:
+    """head / base of the two estimates, with its confidence interval (None where a side has one round)."""
+
+    ratio: float
+    low: float | None
+    high: float | None
+    p_value: float | None
+    """Two-sided Welch t test on the log round medians (no change: log ratio 0); None with one round."""
+    rounds: tuple[int, int]
+    """Round medians used, (base, head)."""
+
+    @property
+    def half_width(self) -> float | None:
+        """sqrt(high / low): the interval's half-width as a factor (1.05: +-5%)."""
+        if self.low is None or self.high is None:
+            return None
+        return math.sqrt(self.high / self.low)
+
+
+def ratio_interval(
+    base_medians: Sequence[float], head_medians: Sequence[float], confidence: float = CONFIDENCE
+) -> RatioInterval:
+    """head/base from round medians in seconds ([R_base], [R_head]): Welch's interval on the logs."""
+    b, h = _logs(base_medians), _logs(head_medians)
+    diff = float(h.mean() - b.mean())
+    if b.size < 2 or h.size < 2:
+        return RatioInterval(math.exp(diff), None, None, None, (b.size, h.size))
+    vb, vh = float(b.var(ddof=1)) / b.size, float(h.var(ddof=1)) / h.size
+    se = math.sqrt(vb + vh)
+    if se == 0.0:  # identical rounds on each side: the difference is exact
+        p = 1.0 if diff == 0.0 else 0.0
+        return RatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), p, (b.size, h.size))
+    df = (vb + vh) ** 2 / (vb**2 / (b.size - 1) + vh**2 / (h.size - 1))  # Welch-Satterthwaite
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    return RatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, (b.size, h.size))
+
+
+def classify(interval: RatioInterval, factor: float) -> RatioVerdict:
+    """better / worse when the whole interval lies past the factor; too noisy when it is wider than the
+    factor (or missing); else ~ (module docstring)."""
+    if interval.low is None or interval.high is None:
+        return "too noisy"
+    if interval.low >= factor:
+        return "worse"
+    if interval.high <= 1.0 / factor:
+        return "better"
+    if interval.high / interval.low > factor:
+        return "too noisy"
+    return "~"
+
+
+def smallest_detectable(interval: RatioInterval, factor: float) -> float | None:
+    """The smallest head/base this data could call worse: factor x the interval's half-width (an interval
+    as wide, centred there, starts at the factor); its inverse is the largest it could call better."""
+    width = interval.half_width
+    return None if width is None else factor * width
+
+
+def format_estimate(est: Estimate | None) -> str:
+    """`12.345 ms [12.101, 12.593]` (the 95% interval in brackets); `12.345 ms [1 round]`; `-`."""
+    if est is None:
+        return "-"
+    if est.low_s is None or est.high_s is None:
+        return f"{est.median_s * 1e3:.3f} ms [{est.rounds} round]"
+    return f"{est.median_s * 1e3:.3f} ms [{est.low_s * 1e3:.3f}, {est.high_s * 1e3:.3f}]"
