@@ -1,20 +1,23 @@
-"""Run one case on its ranks, in one of two ways:
+"""Run cases on their ranks, in one of two ways:
 
-- local (the default): every case is its own `gdn_cp.distributed.run_on_ranks` launch of `cp` new processes
-  on 127.0.0.1 (torch's elastic launcher). A crash, OOM or hang of one case cannot take down the sweep: it
-  comes back as a RankFailure and the case is recorded as failed. Threads per rank are explicit (the suite's
-  threads_per_rank, else cores // ranks), and the suite's timeout_s is the collective timeout.
+- local (the default): a pool of `cp` processes on 127.0.0.1 (bench.launch.pool) runs many cases in one
+  lifetime: `with launcher.pool(cp) as runner: runner.run(case)`; `launcher.run(case)` is a pool of one case
+  (`bench verify`, `bench profile`). A crash, OOM or hang of one case cannot take down the sweep: it comes
+  back as a RankFailure naming the root cause, the case is recorded as failed, and the pool restarts for the
+  next case. Threads per rank are explicit (the suite's threads_per_rank, else cores // ranks), and the
+  suite's timeout_s is both the collective timeout and each case's wall-clock limit.
 - torchrun: when RANK and WORLD_SIZE are set, `bench run` is already one rank of a job (possibly multi-node).
-  It joins the job's process group once and runs each case as that rank; cases whose cp is not the job's
-  world size are skipped with the reason. Only rank 0 writes results.
+  It joins the job's process group once and runs each case as that rank (its pools are that one group);
+  cases whose cp is not the job's world size are skipped with the reason. Only rank 0 writes results.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,16 +25,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from bench.console import print_warning
+from bench.launch.pool import RankPool
 from bench.launch.preflight import check_cases
 from bench.measure.rank import RankResults, measure_on_rank
 from bench.results.store import Status
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection
-from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, run_on_ranks
+from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank
 
 RankFn = Callable[[Case, str], Any]
 """What each rank runs, given the case and the device kind: bench.measure.rank.measure_on_rank (returning
@@ -40,9 +43,6 @@ tests pass a module-level function that fails on purpose. Rank 0's return value 
 
 MAX_RANKS_PER_CORE = 4
 """A local cpu launch refuses more ranks than this many per core: they would only measure contention."""
-
-QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
-"""Loggers that print a failing rank's traceback (or its SIGTERM) at ERROR/WARNING to stderr."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,22 +67,6 @@ def torchrun_env(environ: Mapping[str, str] | None = None) -> TorchrunEnv | None
         local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
         local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
     )
-
-
-@contextlib.contextmanager
-def quiet_launcher_logs() -> Iterator[None]:
-    """Raise the launcher's loggers to CRITICAL: a failing case is reported once, in its status line."""
-    # Elastic's modules set levels on their own loggers, so each one under the prefixes is raised.
-    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith(QUIET_LOGGERS)]
-    loggers = [logging.getLogger(name) for name in {*QUIET_LOGGERS, *names}]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
 
 
 def threads_per_rank(configured: int | None, ranks_on_host: int) -> int:
@@ -114,8 +98,39 @@ class Outcome:
     wall_s: float = 0.0
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt in the block (main thread only), so that a terminated sweep stops
+    like Ctrl-C: pools closed, finished cases kept, the resume command printed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+class PoolRunner:
+    """Runs cases of one CP degree on one RankPool (restarted after a failed case)."""
+
+    def __init__(self, pool: RankPool) -> None:
+        self.pool = pool
+
+    def run(self, case: Case) -> Outcome:
+        answer = self.pool.run(case)
+        if answer.failure is not None:
+            return Outcome(status="failed", error=str(answer.failure), wall_s=answer.wall_s)
+        return Outcome(status="ok", results=answer.value, wall_s=answer.wall_s)
+
+
 class LocalLauncher:
-    """One `run_on_ranks` launch per case."""
+    """Pools of local ranks: one per CP degree and round (bench.launch.sweep), or one per case (`run`)."""
 
     def __init__(
         self,
@@ -134,29 +149,36 @@ class LocalLauncher:
         return case.cp
 
     def group(self) -> contextlib.AbstractContextManager[None]:
-        """Nothing to join: every case starts its own process group."""
-        return contextlib.nullcontext()
+        """No process group to join (every pool has its own); SIGTERM stops the sweep like Ctrl-C."""
+        return sigterm_as_interrupt()
 
     def threads_for(self, case: Case) -> int:
         return threads_per_rank(self.threads_per_rank, case.cp)
 
+    def agree(self, seed: int) -> int:
+        """The schedule seed every process uses: this one's (one process decides)."""
+        return seed
+
+    @contextlib.contextmanager
+    def pool(self, cp: int) -> Iterator[PoolRunner]:
+        """One lifetime of `cp` ranks (started by its first case, closed at the end of the block)."""
+        pool = RankPool(
+            cp,
+            self.rank_fn,
+            device=self.platform.device_type,
+            threads=threads_per_rank(self.threads_per_rank, cp),
+            timeout_s=self.timeout_s,
+        )
+        with pool:
+            yield PoolRunner(pool)
+
     def run(self, case: Case) -> Outcome:
+        """One case in a pool of its own; the wall time includes starting the ranks."""
         start = time.perf_counter()
-        try:
-            with quiet_launcher_logs():
-                results = run_on_ranks(
-                    self.rank_fn,
-                    case.cp,
-                    (case, self.platform.device_type),
-                    device=self.platform.device_type,
-                    threads_per_rank=self.threads_for(case),
-                    timeout_s=self.timeout_s,
-                )
-        except RankFailure as exc:
-            return Outcome(status="failed", error=str(exc), wall_s=time.perf_counter() - start)
-        except SignalException as exc:  # the launcher turns Ctrl-C / SIGTERM into this; stop the sweep
-            raise KeyboardInterrupt(str(exc)) from None
-        return Outcome(status="ok", results=results[0], wall_s=time.perf_counter() - start)
+        with self.pool(case.cp) as runner:
+            outcome = runner.run(case)
+        outcome.wall_s = time.perf_counter() - start
+        return outcome
 
 
 class TorchrunLauncher:
@@ -182,6 +204,17 @@ class TorchrunLauncher:
 
     def threads_for(self, case: Case) -> int:
         return threads_per_rank(self.threads_per_rank, self.job.local_world_size)
+
+    def agree(self, seed: int) -> int:
+        """Rank 0's schedule seed, on every rank (inside `group`): all ranks must run one order."""
+        chosen = [seed]
+        dist.broadcast_object_list(chosen, src=0)
+        return int(chosen[0])
+
+    @contextlib.contextmanager
+    def pool(self, cp: int) -> Iterator[TorchrunLauncher]:
+        """The job's process group is the one lifetime of its ranks: every case runs in it."""
+        yield self
 
     @contextlib.contextmanager
     def group(self) -> Iterator[None]:

@@ -1,11 +1,11 @@
 """What every rank of a case runs: build the CP layer, time the pass, measure its memory, gather to all ranks.
 
-Runs inside an initialised process group whose ranks are the case's CP group (a `run_on_ranks` launch, or a
-torchrun job whose world size is the case's cp). Every rank builds the same weights, the same global input
-and the same output gradient from the case's seed, keeps its sequence shard in the case's layout
-(shard_sequence: contiguous or zigzag), and puts the layer under LinearAttentionContextParallel in that
-layout. With packed documents every rank passes the same global boundaries (Case.cu_seqlens) as the
-layer's cu_seqlens, at cp 1 too.
+Runs inside an initialised process group whose ranks are the case's CP group (a pool of local ranks,
+bench.launch.pool, or a torchrun job whose world size is the case's cp). Every rank builds the same
+weights, the same global input and the same output gradient from the case's seed, keeps its sequence
+shard in the case's layout (shard_sequence: contiguous or zigzag), and puts the layer under
+LinearAttentionContextParallel in that layout. With packed documents every rank passes the same global
+boundaries (Case.cu_seqlens) as the layer's cu_seqlens, at cp 1 too.
 
 Timing, per repeat: barrier, device sync, start, the pass, device sync, stop; gradients are cleared between
 repeats, outside the timed region. The passes:

@@ -2,8 +2,9 @@
 the case's layout and, with packed documents, against the single-device layer run on each document on its
 own (outputs concatenated, gradients of the concatenation).
 
-Runs inside the case's process group (a `run_on_ranks` launch of `cp` ranks, or a torchrun job of cp ranks);
-every rank returns the same comparisons (rank 0 computes them against the full-sequence reference it runs).
+Runs inside the case's process group (a pool of `cp` local ranks, bench.launch.pool, or a torchrun job of
+cp ranks); every rank returns the same comparisons (rank 0 computes them against the full-sequence
+reference it runs).
 """
 
 from __future__ import annotations

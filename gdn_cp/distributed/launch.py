@@ -49,6 +49,27 @@ RENDEZVOUS_BACKEND = "gdn-cp-loopback"
 """The name LoopbackRendezvous is registered under (torch's rendezvous handler registry)."""
 
 
+def loopback_store(timeout: datetime.timedelta) -> dist.TCPStore:
+    """A TCPStore hosted by this process on 127.0.0.1, on a free port (`.port`): the socket is bound and
+    listening before the store takes it (`master_listen_fd`), so it accepts no connection from another
+    machine. It stops listening when the last reference to it goes."""
+    sock = socket.create_server((LOOPBACK, 0))  # bound and listening, on a free port
+    try:
+        store = dist.TCPStore(
+            LOOPBACK,
+            sock.getsockname()[1],
+            is_master=True,
+            multi_tenant=True,
+            timeout=timeout,
+            master_listen_fd=sock.fileno(),
+        )
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()  # the store owns the descriptor now, and closes it
+    return store
+
+
 class LoopbackRendezvous(RendezvousHandler):
     """The rendezvous of a one-host launch: this process is the only node, and it hosts the store its ranks
     bootstrap from (MASTER_ADDR/MASTER_PORT) on a socket bound to 127.0.0.1, handed to the TCPStore
@@ -70,20 +91,7 @@ class LoopbackRendezvous(RendezvousHandler):
 
     def next_rendezvous(self) -> RendezvousInfo:
         if self._store is None:
-            sock = socket.create_server((LOOPBACK, 0))  # bound and listening, on a free port
-            try:
-                self._store = dist.TCPStore(
-                    LOOPBACK,
-                    sock.getsockname()[1],
-                    is_master=True,
-                    multi_tenant=True,
-                    timeout=self._timeout,
-                    master_listen_fd=sock.fileno(),
-                )
-            except BaseException:
-                sock.close()
-                raise
-            sock.detach()  # the store owns the descriptor now, and closes it
+            self._store = loopback_store(self._timeout)
         store_info = RendezvousStoreInfo(master_addr=LOOPBACK, master_port=self._store.port)
         return RendezvousInfo(dist.PrefixStore(self._run_id, self._store), 0, 1, store_info)
 
@@ -127,7 +135,8 @@ PEER_ERRORS = ("Connection reset by peer", "Connection closed by peer", "Broken 
 """Transport errors a rank sees when another rank died first: never the root cause."""
 
 
-def _is_peer_error(message: str) -> bool:
+def is_peer_error(message: str) -> bool:
+    """Whether a rank's error is the echo of another rank's failure (PEER_ERRORS)."""
     return any(text in message for text in PEER_ERRORS)
 
 
@@ -143,7 +152,7 @@ def _rank_main(
     try:
         result = fn(*args)
     except Exception as exc:
-        if _is_peer_error(str(exc)):
+        if is_peer_error(str(exc)):
             # Another rank failed first and closed its connections: let its error reach the launcher
             # first (failures are ordered by a timestamp in whole seconds).
             time.sleep(1.5)
@@ -172,7 +181,7 @@ def _describe(failure: ProcessFailure) -> str:
 def _root_cause(exc: ChildFailedError) -> tuple[int, str]:
     """The failure to report: the earliest that is not a peer's transport error, else the earliest."""
     described = {rank: _describe(f) for rank, f in exc.failures.items()}
-    rank = min(exc.failures, key=lambda r: (_is_peer_error(described[r]), exc.failures[r].timestamp, r))
+    rank = min(exc.failures, key=lambda r: (is_peer_error(described[r]), exc.failures[r].timestamp, r))
     return rank, described[rank]
 
 

@@ -1,15 +1,16 @@
-"""Launcher pieces that need no ranks: torchrun detection, threads per rank, warnings, quiet logs."""
+"""Launcher pieces that need no ranks: torchrun detection, threads per rank, warnings, SIGTERM."""
 
 from __future__ import annotations
 
-import logging
 import os
+import signal
+
+import pytest
 
 from bench.launch.launcher import (
-    QUIET_LOGGERS,
     TorchrunEnv,
     oversubscription_warning,
-    quiet_launcher_logs,
+    sigterm_as_interrupt,
     threads_per_rank,
     torchrun_env,
 )
@@ -38,9 +39,8 @@ def test_oversubscription_warning():
     assert warning is not None and f"exceed this host's {cores} cores" in warning
 
 
-def test_quiet_launcher_logs_restores_levels():
-    logger = logging.getLogger(QUIET_LOGGERS[0])
-    before = logger.level
-    with quiet_launcher_logs():
-        assert logger.level == logging.CRITICAL
-    assert logger.level == before
+def test_sigterm_stops_a_sweep_like_ctrl_c_and_the_handler_is_restored():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before the next statement
+    assert signal.getsignal(signal.SIGTERM) is before

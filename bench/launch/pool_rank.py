@@ -1,0 +1,124 @@
+"""The loop each rank of a pool runs (bench.launch.pool): join the process group, then run one case per
+message from the parent until told to stop.
+
+Protocol over the rank's pipe (parent -> rank): `(index, payload)` to run `fn(payload, device)`, None to
+leave. Rank -> parent: `("ready", rank, main_thread_id)` once in the process group; per case
+`("done", index, value)` (value: rank 0's return value, None on the other ranks) or `("error", index,
+message)`. After an error the rank leaves: the process group may hold half a collective, so the parent
+starts a new pool rather than reuse it. The rank dumps its Python stacks to `dump_path` on SIGUSR1
+(bench.launch.stuck) and dies with its parent (PR_SET_PDEATHSIG on Linux), so that a killed `bench run`
+leaves no ranks behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import faulthandler
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bench.launch.stuck import DUMP_SIGNAL
+from gdn_cp.distributed.launch import LOOPBACK, is_peer_error
+from gdn_cp.distributed.platform import resolve_platform
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RankSetup:
+    """What a pool rank needs to start (picklable: it crosses the spawn)."""
+
+    rank: int
+    world_size: int
+    store_port: int
+    """The parent's TCPStore on 127.0.0.1 (gdn_cp.distributed.launch.loopback_store)."""
+    prefix: str
+    """This pool's key prefix in the store."""
+    device: str
+    threads: int
+    """torch intra-op threads."""
+    timeout_s: float
+    """Collective timeout."""
+    fn: Callable[[Any, str], Any]
+    """The rank function: fn(payload, device), module-level."""
+    env: dict[str, str]
+    """Extra environment variables."""
+    dump_path: str
+    """Where faulthandler writes this rank's stacks on SIGUSR1."""
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the rank leaves when its pipe closes instead
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def rank_main(setup: RankSetup, conn: Connection) -> None:
+    """The entry point of a pool rank (a spawned process)."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent too, which ends the pool
+    # kept open for the process's lifetime: faulthandler writes to it from its signal handler
+    dump = open(setup.dump_path, "w")  # noqa: SIM115
+    faulthandler.register(DUMP_SIGNAL, file=dump, all_threads=True)
+    os.environ.update(setup.env)
+    os.environ.update(
+        RANK=str(setup.rank),
+        LOCAL_RANK=str(setup.rank),
+        WORLD_SIZE=str(setup.world_size),
+        LOCAL_WORLD_SIZE=str(setup.world_size),
+        MASTER_ADDR=LOOPBACK,
+        MASTER_PORT=str(setup.store_port),
+    )
+    torch.set_num_threads(setup.threads)
+    platform = resolve_platform(setup.device)
+    platform.set_device(setup.rank)
+    timeout = datetime.timedelta(seconds=setup.timeout_s)
+    store = dist.TCPStore(LOOPBACK, setup.store_port, is_master=False, timeout=timeout)
+    dist.init_process_group(
+        platform.backend,
+        store=dist.PrefixStore(setup.prefix, store),
+        rank=setup.rank,
+        world_size=setup.world_size,
+        timeout=timeout,
+    )
+    conn.send(("ready", setup.rank, threading.main_thread().ident))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:  # the parent is gone
+            os._exit(1)
+        if message is None:
+            break
+        index, payload = message
+        try:
+            value = setup.fn(payload, setup.device)
+        except Exception as exc:
+            text = _describe(exc)
+            if is_peer_error(text):
+                # Another rank failed first and closed its connections: let its own error reach the parent
+                # first.
+                time.sleep(0.5)
+            conn.send(("error", index, text))
+            conn.close()
+            # No destroy_process_group: closing connections now would make the other ranks fail with
+            # "connection reset" before this rank's error is read. The parent kills the pool.
+            os._exit(1)
+        conn.send(("done", index, value if setup.rank == 0 else None))
+    dist.destroy_process_group()
+    conn.close()
