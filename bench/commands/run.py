@@ -1,14 +1,17 @@
 """`bench run [SCENARIO ...]`: time every case of the scenarios on its ranks and write one result file.
 
-Each case is one launch of `cp` local ranks (bench.launch.launcher); under torchrun, the job's ranks run the
-cases whose cp is the job's world size. Results are written after every case (bench.results.store), so an
-interrupted run keeps what finished and `--resume FILE` continues it. Exit code: 0 when every case ran, 2
-when some failed, 1 for a user error (bad scenario, flag or file), 130 when interrupted.
+Every case runs `rounds` times (bench.launch.schedule): each round is every case once, in a seeded shuffled
+order, the cases of one CP degree in one pool of `cp` local ranks (bench.launch.pool), so a case's rounds
+are separate lifetimes of its ranks; under torchrun, the job's ranks run the cases whose cp is the job's
+world size. Results are written after every case and round (bench.results.store), so an interrupted run
+keeps what finished and `--resume FILE` continues it. Exit code: 0 when every case ran, 2 when some failed,
+1 for a user error (bad scenario, flag or file), 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,10 +42,12 @@ from bench.launch.launcher import (
     torchrun_env,
     warn_oversubscription,
 )
-from bench.launch.sweep import run_cases
+from bench.launch.schedule import Slot, new_seed, rounds_wanted, slots_left
+from bench.launch.sweep import run_rounds
 from bench.measure.rank import measure_on_rank
 from bench.results.env import Environment
-from bench.results.store import CaseResult, ResultWriter, RunResult
+from bench.results.statistics import format_estimate
+from bench.results.store import SESSION_ENV, CaseResult, ResultWriter, RunResult
 from bench.results.tables import case_line
 from bench.suite.config import Case
 from bench.suite.filters import parse_filters
@@ -69,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the run in FILE: skip its ok cases, append the rest to it (same scenarios and --set, "
         "same commit, dirty state, threads and machine)",
     )
+    parser.add_argument(
+        "--stop-after-round",
+        metavar="K",
+        type=int,
+        help="stop once every case has K rounds (of its `rounds`); --resume continues. `bench compare` "
+        "interleaves two refs this way, round by round",
+    )
     common_args.add_config(parser)
 
 
@@ -81,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
         output=args.output,
         resume=args.resume,
         config=args.config,
+        stop_after_round=args.stop_after_round,
     )
 
 
@@ -160,6 +173,7 @@ def run(
     output: str | None = None,
     resume: str | None = None,
     config: str | None = None,
+    stop_after_round: int | None = None,
     rank_fn: RankFn = measure_on_rank,
     console: Console | None = None,
 ) -> int:
@@ -173,6 +187,7 @@ def run(
         output=output,
         resume=resume,
         config=config,
+        stop_after_round=stop_after_round,
         rank_fn=rank_fn,
         console=console,
     ).exit_code
@@ -187,6 +202,7 @@ def execute(
     output: str | None = None,
     resume: str | None = None,
     config: str | None = None,
+    stop_after_round: int | None = None,
     rank_fn: RankFn = measure_on_rank,
     console: Console | None = None,
 ) -> RunOutcome:
@@ -200,6 +216,7 @@ def execute(
         output: result file; default results/<date>-<branch>-<commit>-<scenarios>.json
         resume: an earlier result file: its ok cases are skipped, the others run and are written to it
         config: bench.yaml path; default ./bench.yaml
+        stop_after_round: stop once every case has this many rounds (a later --resume continues)
         rank_fn: what each rank runs (bench.measure.rank.measure_on_rank); a test hook to inject failures
         console: where progress and tables go (default: the terminal)
     """
@@ -208,6 +225,8 @@ def execute(
         raise UserError(
             "--output and --resume given together; --resume FILE writes to FILE, so drop --output"
         )
+    if stop_after_round is not None and stop_after_round < 1:
+        raise UserError(f"--stop-after-round {stop_after_round}: must be >= 1 (the rounds each case gets)")
     overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     selections = select(suite, scenarios, overrides, parse_filters(filters))
@@ -224,11 +243,13 @@ def execute(
     if resume:
         env = run_environment(suite, selections, platform, job)
         opened = _open_resumed(resume, selections, env, job)  # every rank reads it: same skips
-        done = opened.run.ok_keys()
+        previous = [c for c in opened.run.cases if c.status == "ok"]
+        seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
         writer = opened if leader else None  # the file keeps the command line of the run it began with
-        console.print(f"resuming {escape(resume)}: {len(done)} cases done")
+        complete = {c.key for c in previous if len(c.rounds) >= c.case.rounds}
+        console.print(f"resuming {escape(resume)}: {len(complete)} cases done")
     else:
-        done = set()
+        previous, seed = [], new_seed()
         command = command_argv(
             NAME,
             scenarios,
@@ -246,11 +267,20 @@ def execute(
     # a torchrun follower keeps its record in memory: the leader writes the file
     record = writer.run if writer is not None else new_run(name, suite, selections, platform, job, command)
     path = None if writer is None else writer.path
-    todo = [c for c in cases if c.key() not in done]
+    record.session = record.session or os.environ.get(SESSION_ENV) or None
     if leader:
-        warn_oversubscription(todo, launcher)
+        warn_oversubscription(cases, launcher)
     try:
-        results = _run_with_progress(todo, launcher, writer, console)
+        results = _run_with_progress(
+            cases,
+            launcher,
+            writer,
+            record,
+            console,
+            seed=seed,
+            previous=previous,
+            stop_after=stop_after_round,
+        )
     except KeyboardInterrupt:
         if writer is not None:
             again = resume_command(scenarios, sets, filters, device, config, display(writer.path))
@@ -289,14 +319,31 @@ def _run_with_progress(
     cases: Sequence[Case],
     launcher: LocalLauncher | TorchrunLauncher,
     writer: ResultWriter | None,
+    record: RunResult,
     console: Console,
+    *,
+    seed: int,
+    previous: Sequence[CaseResult],
+    stop_after: int | None,
 ) -> list[CaseResult]:
-    """Run the cases under a progress bar, one status line per finished case."""
-    with launcher.group(), CaseProgress(console, len(cases)) as progress:
-        return run_cases(
+    """Run the cases' rounds under a progress bar, one status line per finished case and round."""
+    done = {c.key: len(c.rounds) for c in previous}
+    with launcher.group(), CaseProgress(console, slots_left(cases, done, stop_after)) as progress:
+        record.schedule_seed = seed = launcher.agree(seed)  # a writer saves it with the first result
+
+        def line(slot: Slot, result: CaseResult) -> str:
+            text = f"r{slot.round + 1}/{rounds_wanted(slot.case, stop_after)} " + case_line(result)
+            if result.status == "ok" and len(result.rounds) > 1:
+                text += f"  [dim]est {escape(format_estimate(result.estimate))}[/]"
+            return text
+
+        return run_rounds(
             cases,
             launcher,
             writer,
-            on_start=lambda c: progress.start(c.key()),
-            on_done=lambda r: progress.done(case_line(r)),
+            seed=seed,
+            previous=previous,
+            stop_after=stop_after,
+            on_start=lambda slot: progress.start(f"{slot.case.key()} round {slot.round + 1}"),
+            on_done=lambda slot, result: progress.done(line(slot, result)),
         )

@@ -1,34 +1,66 @@
-"""Run cases one launch at a time and record each result as soon as it finishes.
+"""Run cases in rounds (bench.launch.schedule), a pool per CP degree and round, and record each case's
+result after every round it finishes.
 
-A failed case (exception, OOM, dead rank, collective timeout) is recorded with its error and the sweep goes
-on; cases already ok in a resumed file are not run again.
+A case whose round fails (exception, OOM, dead or stuck rank, collective timeout) is recorded as failed with
+its error, and runs no further rounds; the others go on. A resumed file's ok cases keep their rounds and get
+only the rounds they lack; its failed cases start again.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bench.launch.launcher import Outcome
+from bench.launch.schedule import Slot, round_batches, rounds_wanted
 from bench.measure.timing import summarize
-from bench.results.store import CaseResult, MemoryResult, ResultWriter, ThroughputResult
+from bench.results.statistics import estimate
+from bench.results.store import CaseResult, MemoryResult, ResultWriter, RoundResult, ThroughputResult
 from bench.suite.config import Case
 
 
-class Launcher(Protocol):
+class CaseRunner(Protocol):
     def run(self, case: Case) -> Outcome: ...
 
 
-def to_case_result(case: Case, outcome: Outcome) -> CaseResult:
-    """The stored record of one launch: the timing summary (rank-max) and memory (rank-max) when ok."""
+class Launcher(Protocol):
+    def pool(self, cp: int) -> contextlib.AbstractContextManager[CaseRunner]:
+        """One lifetime of ranks for cases of `cp` ranks (bench.launch.launcher)."""
+        ...
+
+
+def clean_rounds(rounds: Sequence[RoundResult]) -> list[RoundResult]:
+    """The rounds an estimate uses: the uncontended ones, or all when none is (then the case's contention
+    says so)."""
+    clean = [r for r in rounds if not r.contended]
+    return clean or list(rounds)
+
+
+def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, position: int) -> CaseResult:
+    """The case's record after one more round: its samples appended, estimate and summaries recomputed;
+    or the failure (earlier rounds kept for the record, no timing)."""
+    rounds = list(previous.rounds) if previous is not None and previous.status == "ok" else []
+    wall = (previous.wall_s if previous is not None and previous.status == "ok" else 0.0) + outcome.wall_s
     if outcome.status != "ok" or outcome.results is None:
-        return CaseResult(case=case, status=outcome.status, error=outcome.error, wall_s=outcome.wall_s)
+        return CaseResult(case=case, status=outcome.status, error=outcome.error, rounds=rounds, wall_s=wall)
     r = outcome.results
+    rounds.append(
+        RoundResult(samples_s=r.samples_s, contention=r.contention, wall_s=outcome.wall_s, position=position)
+    )
+    used = clean_rounds(rounds)
+    pooled = [[s for rd in rounds for s in rd.samples_s[rank]] for rank in range(case.cp)]
+    worst = max(
+        (rd.contention for rd in used if rd.contention is not None),
+        key=lambda c: (c.contended, c.foreign or 0.0, c.steal or 0.0),
+        default=None,
+    )
     return CaseResult(
         case=case,
         status="ok",
-        samples_s=r.samples_s,
-        timing=summarize(r.samples_s),
+        rounds=rounds,
+        estimate=estimate([rd.median_s for rd in used]),
+        timing=summarize(pooled),
         memory=MemoryResult(
             peak_bytes=max(r.peak_bytes),
             per_rank_bytes=r.peak_bytes,
@@ -42,26 +74,44 @@ def to_case_result(case: Case, outcome: Outcome) -> CaseResult:
             ),
             matmul_gflops=min(r.matmul_gflops),
         ),
-        contention=r.contention,
-        wall_s=outcome.wall_s,
+        contention=worst,
+        wall_s=wall,
     )
 
 
-def run_cases(
+def run_rounds(
     cases: Sequence[Case],
     launcher: Launcher,
     writer: ResultWriter | None,
     *,
-    on_start: Callable[[Case], None] = lambda case: None,
-    on_done: Callable[[CaseResult], None] = lambda result: None,
+    seed: int,
+    previous: Sequence[CaseResult] = (),
+    stop_after: int | None = None,
+    on_start: Callable[[Slot], None] = lambda slot: None,
+    on_done: Callable[[Slot, CaseResult], None] = lambda slot, result: None,
 ) -> list[CaseResult]:
-    """Run `cases` in order; write each result (when `writer` is given) before starting the next."""
-    results = []
-    for case in cases:
-        on_start(case)
-        result = to_case_result(case, launcher.run(case))
-        if writer is not None:
-            writer.add(result)
-        results.append(result)
-        on_done(result)
-    return results
+    """Run every case's missing rounds (module docstring); write each result (when `writer` is given)
+    after every round of it. `previous`: results to continue (a resumed file's ok cases). Returns the
+    results of `cases`, in their order."""
+    keys = {c.key() for c in cases}
+    latest: dict[str, CaseResult] = {p.key: p for p in previous if p.status == "ok" and p.key in keys}
+    done = {key: len(r.rounds) for key, r in latest.items()}
+    ended: set[str] = set()
+    last = max((rounds_wanted(c, stop_after) for c in cases), default=0)
+    for index in range(last):
+        live = [c for c in cases if c.key() not in ended]
+        for batch in round_batches(live, done, index, seed, stop_after):
+            with launcher.pool(batch.cp) as runner:
+                for slot in batch.slots:
+                    on_start(slot)
+                    key = slot.case.key()
+                    result = with_round(latest.get(key), slot.case, runner.run(slot.case), slot.position)
+                    latest[key] = result
+                    if result.status == "ok":
+                        done[key] = len(result.rounds)
+                    else:
+                        ended.add(key)
+                    if writer is not None:
+                        writer.add(result)
+                    on_done(slot, result)
+    return [latest[c.key()] for c in cases if c.key() in latest]

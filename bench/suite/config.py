@@ -42,6 +42,10 @@ MasterWeights = Literal["fp32", "model"]
 PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd"}
 """How a pass is spelled in case ids."""
 
+DEFAULT_ROUNDS = 3
+"""Rounds per case unless bench.yaml or the scenario says otherwise: the fewest that give an interval with
+some power (t_{0.975, 2} = 4.3; two rounds: 12.7)."""
+
 MODEL_KEYS: tuple[str, ...] = (
     "hidden_size",
     "num_k_heads",
@@ -66,11 +70,16 @@ class SuiteConfig:
     warmup: int = 3
     """Untimed passes before timing, per case."""
     repeat: int = 10
-    """Timed passes per case; the reported time is the median over repeats of the rank-max."""
+    """Timed passes per case and round; a round's time is the median over repeats of the rank-max."""
+    rounds: int = DEFAULT_ROUNDS
+    """Rounds per case: each round is a separate lifetime of the ranks (a pool), every case once per round,
+    in a shuffled order, so that drift spreads over all cases; the case's time and its 95% interval come
+    from the round medians (bench.results.statistics: one round gives no interval)."""
     threads_per_rank: int | None = None
     """torch threads per rank; null: cores // ranks (at least 1)."""
     timeout_s: float = 600.0
-    """Collective timeout per case, in seconds: a rank stuck longer than this fails the case."""
+    """Per case and round, in seconds: the collective timeout, and the wall-clock limit of the case (a rank
+    stopped or stuck outside a collective fails the case too, naming that rank)."""
     results_dir: str = "results"
     """Where `bench run` writes result files (relative to bench.yaml)."""
     plots_dir: str = "plots"
@@ -86,7 +95,7 @@ class SuiteConfig:
         check_fields(self)
         if self.warmup < 0:
             raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
-        require_positive(self, "repeat", "threads_per_rank")
+        require_positive(self, "repeat", "rounds", "threads_per_rank")
         if self.timeout_s <= 0:
             raise FieldError("timeout_s", f"must be > 0 seconds, got {self.timeout_s}; e.g. timeout_s: 600")
 
@@ -260,7 +269,9 @@ class Scenario:
     warmup: int | None = None
     """Untimed passes per case; null: the suite's."""
     repeat: int | None = None
-    """Timed passes per case; null: the suite's."""
+    """Timed passes per case and round; null: the suite's."""
+    rounds: int | None = None
+    """Rounds per case (separate lifetimes of the ranks, see SuiteConfig.rounds); null: the suite's."""
     thresholds: dict[str, Any] | None = None
     """`bench verify` pass bars: a mapping of bar -> value for every dtype, and optionally per dtype
     (`fp32: {rel_l2: 1.0e-4}`) on top; unset bars are the PR's. Keys and resolution: bench/thresholds.py."""
@@ -276,7 +287,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require_positive(self, *MODEL_KEYS, "batch", "repeat")
+        require_positive(self, *MODEL_KEYS, "batch", "repeat", "rounds")
         if self.warmup is not None and self.warmup < 0:
             raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
         if self.num_v_heads % self.num_k_heads:
@@ -346,11 +357,11 @@ class Scenario:
         """`bench verify`'s pass bars for cases of `dtype` (bench/thresholds.py)."""
         return self.threshold_spec.for_dtype(dtype)
 
-    def cases(self, *, warmup: int, repeat: int) -> list[Case]:
+    def cases(self, *, warmup: int, repeat: int, rounds: int = 1) -> list[Case]:
         """Every combination of every sweep, duplicates removed (first occurrence kept), in sweep order.
 
-        `warmup`/`repeat` are the suite's; the scenario's own values win. Checkpoint only matters for p2p
-        and all_gather: ulysses gets one case with checkpoint None whatever the list says; likewise the
+        `warmup`/`repeat`/`rounds` are the suite's; the scenario's own values win. Checkpoint only matters for
+        p2p and all_gather: ulysses gets one case with checkpoint None whatever the list says; likewise the
         layout only matters at cp > 1 (cp 1 runs once, contiguous). A list of dtypes is the outermost loop
         of every sweep; per point the order is checkpoint, layout, documents, pass.
         """
@@ -361,6 +372,7 @@ class Scenario:
             seed=self.seed,
             warmup=warmup if self.warmup is None else self.warmup,
             repeat=repeat if self.repeat is None else self.repeat,
+            rounds=rounds if self.rounds is None else self.rounds,
             dtype_in_id=isinstance(self.dtype, list) and len(self.dtype) > 1,
         )
         out: dict[str, Case] = {}
@@ -440,7 +452,9 @@ class Case:
     warmup: int
     """Untimed passes."""
     repeat: int
-    """Timed passes."""
+    """Timed passes per round."""
+    rounds: int = 1
+    """Rounds (separate lifetimes of the ranks); 1 in files written before rounds existed."""
     dtype_in_id: bool = False
     """The scenario sweeps several dtypes, so the case id ends with the dtype (`...-fwd_bwd-bf16`)."""
     layout: Layout = DEFAULT_LAYOUT

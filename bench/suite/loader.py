@@ -7,8 +7,9 @@ bench.launch.preflight, use the Locator it returns).
 
 `--set key=value` values are parsed as YAML (`--set repeat=3`, `--set cp=[1,2]`). A key of the suite
 (bench.yaml) sets the suite; a key of the scenario sets the top level of every scenario in the run; warmup,
-repeat and device are both. A sweep key (cp, seq_len, local_seq_len, mode, checkpoint, pass) replaces that
-list in every sub-sweep too, so it holds for the whole run; setting seq_len or local_seq_len replaces both.
+repeat, rounds and device are both. A sweep key (cp, seq_len, local_seq_len, mode, checkpoint, pass)
+replaces that list in every sub-sweep too, so it holds for the whole run; setting seq_len or local_seq_len
+replaces both.
 """
 
 from __future__ import annotations

@@ -44,7 +44,9 @@ def select(
         path = find_scenario(suite, name)
         _refuse_same_name(given, name, path)
         scenario, locate = read_scenario(path, overrides)
-        cases = scenario.cases(warmup=suite.config.warmup, repeat=suite.config.repeat)
+        cases = scenario.cases(
+            warmup=suite.config.warmup, repeat=suite.config.repeat, rounds=suite.config.rounds
+        )
         out.append(
             Selection(
                 path=path, scenario=scenario, locate=locate, cases=case_filter.apply(cases), total=len(cases)

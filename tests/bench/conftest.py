@@ -30,6 +30,7 @@ SUITE = """\
 device: cpu
 warmup: 1
 repeat: 2
+rounds: 2
 timeout_s: 60
 default_scenario: tiny
 """

@@ -399,3 +399,26 @@ def test_zigzag_needs_a_length_that_splits_into_two_pieces_per_rank(write_scenar
     ), msg
     assert "does not divide by 4" in msg and "use layout='contiguous'" in msg
     check(write_scenario, text.replace("layout: [zigzag]", "layout: [contiguous]"))  # 130 splits over 2
+
+
+def test_rounds_is_a_suite_and_scenario_key_and_a_set_target(suite_dir: Path, write_scenario):
+    """rounds: the suite's default, a scenario's own value over it, --set over both; a bad value is one line
+    naming the file, line and key."""
+    assert load_suite().config.rounds == 2  # the test suite's bench.yaml
+    s = load(write_scenario, BASE + "rounds: 4\n")
+    assert {c.rounds for c in s.cases(warmup=1, repeat=1, rounds=2)} == {4}
+    assert {c.rounds for c in load(write_scenario, BASE).cases(warmup=1, repeat=1, rounds=2)} == {2}
+    assert load_suite(None, parse_overrides(["rounds=5"])).config.rounds == 5
+    assert {
+        c.rounds for c in load(write_scenario, BASE + "rounds: 4\n", ["rounds=6"]).cases(warmup=1, repeat=1)
+    } == {6}
+    assert error_of(load, write_scenario, BASE + "rounds: 0\n") == (
+        "scenarios/s.yaml:8: rounds: must be positive, got 0; use an integer >= 1"
+    )
+    assert error_of(load, write_scenario, BASE + "rounds: three\n").startswith(
+        "scenarios/s.yaml:8: rounds: expected an integer or null, got 'three'"
+    )
+    (suite_dir / "bench.yaml").write_text("rounds: 1.5\n")
+    assert error_of(load_suite).startswith("bench.yaml:1: rounds: expected an integer, got 1.5")
+    msg = error_of(load_suite, None, parse_overrides(["rounds=-1"]))
+    assert msg.startswith("bench.yaml (--set rounds=-1): rounds: must be positive, got -1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import shlex
 import shutil
@@ -20,6 +21,7 @@ from bench.cli import main
 from bench.commands import run as run_command
 from bench.errors import UserError
 from bench.launch.estimate import estimate_peak_bytes
+from bench.launch.sweep import clean_rounds
 from bench.results.store import load_result
 from bench.suite.filters import parse_filters
 
@@ -34,7 +36,11 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
     assert "tiny: CP1" in printed and "forward+backward median" in printed and "results: out.json" in printed
     assert "GFLOP/s/rank" in printed and "matmul GFLOP/s" in printed  # case lines, then the throughput table
     first = load_result(out)
-    assert [c.case.case_id for c in first.cases] == ["ulysses-cp1-T64-fwd_bwd", "p2p-ckpt-cp1-T64-fwd_bwd"]
+    assert sorted(c.case.case_id for c in first.cases) == [
+        "p2p-ckpt-cp1-T64-fwd_bwd",
+        "ulysses-cp1-T64-fwd_bwd",
+    ]
+    assert first.schedule_seed is not None and first.session is None
     assert first.environment.device_type == "cpu" and first.environment.launcher == "local"
     assert first.scenarios["tiny"]["cp"] == [1, 2] and first.suite["repeat"] == 2
     assert first.command == ["bench", "run", "tiny", "--filter", "cp=1", "--output", str(out)]
@@ -42,19 +48,30 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
     # resume without the filter: the two cp=2 cases run, the cp=1 ones are kept as they were
     assert run_command.run(["tiny"], resume=str(out)) == 0
     run = load_result(out)
-    assert [c.case.case_id for c in run.cases] == [
-        "ulysses-cp1-T64-fwd_bwd",
+    assert sorted(c.case.case_id for c in run.cases) == [
         "p2p-ckpt-cp1-T64-fwd_bwd",
-        "ulysses-cp2-T64-fwd_bwd",
         "p2p-ckpt-cp2-T64-fwd_bwd",
+        "ulysses-cp1-T64-fwd_bwd",
+        "ulysses-cp2-T64-fwd_bwd",
     ]
-    assert run.cases[:2] == first.cases
+    assert [run.get(c.key) for c in first.cases] == first.cases  # the cp=1 cases kept as they were
+    assert run.schedule_seed == first.schedule_seed  # the resumed run replays the recorded shuffle
     assert run.command == first.command  # the file keeps the command line of the run it began with
     for result in run.cases:
         case = result.case
         assert result.status == "ok" and result.error is None
-        assert len(result.samples_s) == case.cp and all(len(s) == case.repeat == 2 for s in result.samples_s)
-        assert result.timing.median_s > 0 and result.timing.repeats == 2
+        # two rounds (bench.yaml's rounds), each its own lifetime of the ranks, every rank's repeats kept
+        assert case.rounds == 2 and len(result.rounds) == 2
+        assert all(
+            len(r.samples_s) == case.cp and all(len(s) == 2 for s in r.samples_s) for r in result.rounds
+        )
+        assert len(result.samples_s) == case.cp and all(len(s) == 4 for s in result.samples_s)
+        assert result.timing.median_s > 0 and result.timing.repeats == 4
+        # the estimate: geometric mean of the medians of the rounds the machine was not shared in (all, when
+        # it was shared in every one), with an interval from two
+        est, used = result.estimate, clean_rounds(result.rounds)
+        assert est.rounds == len(used) and (len(used) < 2 or est.low_s < est.median_s < est.high_s)
+        assert est.median_s == pytest.approx(math.prod(r.median_s for r in used) ** (1 / len(used)))
         assert len(result.timing.rank_medians_s) == case.cp
         assert result.memory.meter == "cpu-profiler" and len(result.memory.per_rank_bytes) == case.cp
         assert result.memory.peak_bytes == max(result.memory.per_rank_bytes)
@@ -99,16 +116,24 @@ def test_failed_cases_are_recorded_and_the_sweep_goes_on(suite_dir: Path, write_
     )
     out = suite_dir / "faulty.json"
     code = run_command.run(
-        ["faulty"], sets=["timeout_s=5"], output=str(out), rank_fn=bench_ranks.failing_rank_fn
+        ["faulty"], sets=["timeout_s=10"], output=str(out), rank_fn=bench_ranks.failing_rank_fn
     )
     assert code == 2  # some cases failed
     results = {r.case.case_id: r for r in load_result(out).cases}
     raised = results["ulysses-cp2-T32-fwd"]
     assert raised.status == "failed" and "RuntimeError: injected failure on rank" in raised.error
     assert raised.error.startswith("rank ") and raised.samples_s is None and raised.timing is None
-    assert results["ulysses-cp2-T32-fwd_bwd"].status == "failed"  # a rank died
-    assert results["all_gather-ckpt-cp2-T32-fwd"].status == "failed"  # a collective timed out
-    assert results["all_gather-ckpt-cp2-T32-fwd_bwd"].status == "ok"  # and the sweep went on
+    died = results["ulysses-cp2-T32-fwd_bwd"]
+    assert died.status == "failed" and died.error.startswith("rank 1 failed: exited with code 3")
+    # rank 1 sleeps outside any collective while rank 0 waits in a barrier: rank 1 is named, not rank 0
+    hung = results["all_gather-ckpt-cp2-T32-fwd"]
+    assert hung.status == "failed" and hung.error.startswith("rank 1 failed: stuck:"), hung.error
+    assert (
+        "rank 1 is busy outside any collective" in hung.error and "rank 0 waits in a collective" in hung.error
+    )
+    assert all(not r.rounds for r in (raised, died, hung))  # a failed case runs no further rounds
+    ok = results["all_gather-ckpt-cp2-T32-fwd_bwd"]
+    assert ok.status == "ok" and len(ok.rounds) == 2  # and the sweep went on, both rounds
 
 
 @pytest.mark.skipif(
@@ -348,5 +373,5 @@ def test_the_resume_command_after_ctrl_c_really_resumes(suite_dir: Path, monkeyp
     )
     assert f"continue with `{again}`" in printed
     # and it resumes: the same scenarios and overrides pass the resume's checks (no case is run here)
-    monkeypatch.setattr(run_command, "_run_with_progress", lambda *args: [])
+    monkeypatch.setattr(run_command, "_run_with_progress", lambda *args, **kwargs: [])
     assert main(shlex.split(again)[1:]) == 0

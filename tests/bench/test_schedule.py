@@ -1,0 +1,48 @@
+"""The order of rounds: a seeded shuffle per round (replayable), one batch per CP degree, only the rounds a
+case still needs, and --stop-after-round. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bench.launch.schedule import round_batches, slots_left
+from bench.suite.config import Scenario, Sweep
+
+SCENARIO = Scenario(
+    name="s",
+    hidden_size=32,
+    num_k_heads=2,
+    num_v_heads=4,
+    head_k_dim=8,
+    head_v_dim=8,
+    sweep=Sweep(cp=[1, 2], seq_len=[64, 128], mode=["ulysses", "p2p"]),
+)
+CASES = SCENARIO.cases(warmup=1, repeat=2, rounds=3)
+
+
+def order(batches) -> list[str]:
+    return [slot.case.key() for batch in batches for slot in batch.slots]
+
+
+def test_each_round_is_a_seeded_shuffle_grouped_by_cp():
+    first = round_batches(CASES, {}, 0, seed=7)
+    assert sorted(order(first)) == sorted(c.key() for c in CASES)  # every case once
+    assert len(first) == 2 and {b.cp for b in first} == {1, 2}  # one pool per CP degree
+    assert all(slot.case.cp == batch.cp and slot.round == 0 for batch in first for slot in batch.slots)
+    positions = sorted(slot.position for batch in first for slot in batch.slots)
+    assert positions == list(range(len(CASES)))  # the place in the shuffled round is recorded
+    assert order(round_batches(CASES, {}, 0, seed=7)) == order(first)  # replayable from the seed
+    shuffles = {tuple(order(round_batches(CASES, {c.key(): 1 for c in CASES}, 1, seed=s))) for s in range(8)}
+    assert len(shuffles) > 1  # other seeds, other orders
+
+
+def test_only_the_rounds_a_case_lacks_and_stop_after_round():
+    done = {CASES[0].key(): 2, CASES[1].key(): 3}
+    assert CASES[0].key() not in order(round_batches(CASES, done, 0, seed=1))
+    assert order(round_batches(CASES, done, 2, seed=1)) == [CASES[0].key()]
+    assert round_batches(CASES, {c.key(): 3 for c in CASES}, 3, seed=1) == []
+    assert slots_left(CASES, done) == 3 * len(CASES) - 5
+    assert slots_left(CASES, {}, stop_after=1) == len(CASES)
+    assert round_batches(CASES, {c.key(): 1 for c in CASES}, 1, seed=1, stop_after=1) == []
+    one = dataclasses.replace(CASES[2], rounds=1)
+    assert round_batches([one], {}, 1, seed=1) == []
