@@ -7,10 +7,13 @@ session (bench.launch.interleave); both sides' result files are kept (results/co
 --save-dir) so that they can be compared again later. A ref against a file runs only the ref, on the
 file's cases.
 
-Per case ok on both sides (bench.results.comparison): the ratio head/base of the rank-max median, a two-sided
-Mann-Whitney U test on the per-repeat rank-max samples, a verdict (better / worse only past --factor and
-below --alpha, else ~) and the peak-memory delta. Cases from different machines, devices, torch versions or
-scenario definitions are "not comparable" unless --force.
+Per case ok on both sides (bench.results.comparison): the ratio head/base of the round-level estimates
+with its (1 - alpha) confidence interval, a verdict (better / worse only when the whole interval lies past
+--factor; too noisy when the interval is wider than the factor, with the smallest change the data could
+detect; else ~) and the peak-memory delta. With refs, base and head run round by round in turn (every case
+of base's round r, then head's, ...), so drift on the machine spreads over both; two files measured at
+different times are compared too, with a note that drift between them is not controlled. Cases from
+different machines, devices, torch versions or scenario definitions are "not comparable" unless --force.
 
 Exit code: 0; 1 for a user error, or with --fail-on-regression when nothing was compared (head has no cases,
 or no case is ok and comparable on both sides); 3 with --fail-on-regression when a case is worse, or ok on
@@ -35,7 +38,7 @@ from rich.table import Table
 from bench.commands import common_args
 from bench.console import CaseProgress, print_warning
 from bench.console import console as default_console
-from bench.errors import UserError
+from bench.errors import UserError, first_line
 from bench.launch import interleave
 from bench.launch.gitrefs import FileSide, RefSide, Side, repo_root, resolve_side, worktree
 from bench.launch.interleave import Checkout
@@ -48,18 +51,17 @@ from bench.results.comparison import (
     CaseComparison,
     Comparison,
     compare_runs,
-    min_p_value,
 )
 from bench.results.paths import free_path, new_folder
+from bench.results.statistics import format_estimate
 from bench.results.store import RunResult, load_result, result_filename
-from bench.results.tables import case_line, format_ms
 from bench.suite.filters import CaseFilter, parse_filters
 from bench.suite.loader import display, load_suite, parse_overrides
 from bench.suite.selection import select
 
 NAME = "compare"
 HELP = (
-    "Compare two result files or git refs case by case (ratio of rank-max medians, Mann-Whitney U, verdict, "
+    "Compare two result files or git refs case by case (head/base with a 95% interval from rounds, verdict, "
     "peak memory). Exit 3 with --fail-on-regression when a case got worse."
 )
 EXIT_REGRESSION = 3
@@ -94,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--alpha",
         type=float,
         default=DEFAULT_ALPHA,
-        help=f"... and the Mann-Whitney U p-value is below this (default {DEFAULT_ALPHA})",
+        help=f"the ratio's interval has confidence 1 - alpha (default {DEFAULT_ALPHA}: 95%%)",
     )
     parser.add_argument(
         "--force",
@@ -192,20 +194,20 @@ def _run_refs(
             checkouts.append(Checkout(name=role, side=side, root=root, output=output))
         order = " and ".join(f"{c.name} {c.side.label}" for c in checkouts)
         console.print(
-            f"running {len(staged.plan)} cases on {escape(order)}"
-            + (", alternating case by case" if len(checkouts) > 1 else "")
+            f"running {len(staged.plan)} cases x {staged.rounds} rounds on {escape(order)}"
+            + (", round by round in turn" if len(checkouts) > 1 else "")
             + f"; results in {escape(display(folder))}"
         )
         try:
-            with CaseProgress(console, len(staged.plan) * len(checkouts)) as progress:
+            with CaseProgress(console, staged.rounds * len(checkouts)) as progress:
                 interleave.run_alternating(
                     checkouts,
                     staged,
                     sets=sets,
                     device=device,
                     runner=runner,
-                    on_start=lambda c, p: progress.start(f"{c.name} {p.case.key()}"),
-                    on_done=lambda c, r: progress.done(f"{escape(c.name):<4} " + case_line(r)),
+                    on_start=lambda c, k: progress.start(f"{c.name} round {k}/{staged.rounds}"),
+                    on_done=lambda c, k, run: progress.done(_round_line(c, k, staged.rounds, run)),
                 )
         except KeyboardInterrupt:
             kept = [str(display(o)) for o in outputs if o.exists()]
@@ -222,6 +224,18 @@ def _run_refs(
     return outputs
 
 
+def _round_line(checkout: Checkout, round_: int, rounds: int, run: RunResult) -> str:
+    """One status line per side and round: how many cases are ok and failed so far."""
+    ok = sum(c.status == "ok" for c in run.cases)
+    failed = [c for c in run.cases if c.status == "failed"]
+    line = f"{escape(checkout.name):<4} round {round_}/{rounds}: [green]{ok} ok[/]"
+    if failed:
+        line += (
+            f", [red]{len(failed)} failed[/] ({escape(failed[0].key)}: {escape(first_line(failed[0].error))})"
+        )
+    return line
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Output
 
@@ -230,6 +244,7 @@ VERDICT_STYLES = {
     "better": "green",
     "worse": "bold red",
     "~": "dim",
+    "too noisy": "yellow",
     "contended": "yellow",
     "not comparable": "yellow",
 }
@@ -246,8 +261,23 @@ def _case_name(c: CaseComparison | str, single_scenario: bool) -> str:
     return key.split("/", 1)[1] if single_scenario else key
 
 
-def _p(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+def _ratio(c: CaseComparison) -> str:
+    """`1.032 [0.981, 1.086]`: head/base and its interval."""
+    if c.low is None or c.high is None:
+        return f"{c.ratio:.3f}"
+    return f"{c.ratio:.3f} [{c.low:.3f}, {c.high:.3f}]"
+
+
+def _verdict(c: CaseComparison) -> str:
+    text = c.verdict + (" (forced)" if c.forced else "")
+    if c.verdict == "too noisy":
+        if c.detectable is None:
+            rounds = min(c.rounds)
+            return f"{text} ({rounds} round{'s' * (rounds != 1)}: no interval)"
+        return f"{text} (detects x{c.detectable:.2f})"
+    if c.verdict == "contended":
+        return f"{text} ({sum(c.contended_rounds)} rounds shared)"
+    return text
 
 
 def _memory(c: CaseComparison) -> str:
@@ -260,17 +290,16 @@ def _memory(c: CaseComparison) -> str:
 def _cells(c: CaseComparison, single: bool) -> list[str]:
     return [
         _case_name(c, single),
-        format_ms(c.base.timing),
-        format_ms(c.head.timing),
-        f"{c.ratio:.3f}",
-        _p(c.p_value),
-        c.verdict + (" (forced)" if c.forced else ""),
+        format_estimate(c.base.estimate),
+        format_estimate(c.head.estimate),
+        _ratio(c),
+        _verdict(c),
         _memory(c),
     ]
 
 
-COLUMNS = ["case", "base", "head", "ratio", "p", "verdict", "mem delta"]
-ALIGN: list = ["left", "right", "right", "right", "right", "left", "right"]
+COLUMNS = ["case", "base", "head", "head/base", "verdict", "mem delta"]
+ALIGN: list = ["left", "right", "right", "right", "left", "right"]
 MAX_LISTED = 8
 """Cases named per reason in the not-compared notes; the rest are counted."""
 
@@ -293,25 +322,30 @@ def _notes(comparison: Comparison, single: bool) -> list[str]:
             f" and {len(keys) - MAX_LISTED} more" if len(keys) > MAX_LISTED else ""
         )
         notes.append(f"not compared ({reason}): {shown}")
-    repeats = [
-        (len(c.base.samples_s[0]), len(c.head.samples_s[0]))
-        for c in comparison.cases
-        if c.base.samples_s and c.head.samples_s
-    ]
-    if repeats:
-        floor = max(min_p_value(b, h) for b, h in repeats)
-        if floor >= comparison.alpha:
-            notes.append(
-                f"with {min(min(r) for r in repeats)} repeats p cannot fall below {floor:.3f} >= alpha "
-                f"{comparison.alpha}: no case can be better or worse; rerun with --set repeat=10"
-            )
+    if comparison.cases and not comparison.interleaved:
+        b, h = comparison.base.created_at, comparison.head.created_at
+        notes.append(
+            f"drift between the two runs is not controlled: they were measured separately (base {b}, head "
+            f"{h}), so a change of the machine between them looks like a change of the code; compare git "
+            "refs (`bench compare BASE_REF HEAD_REF`) to run both in one session, rounds interleaved"
+        )
+    single_round = [c for c in comparison.cases if c.verdict == "too noisy" and c.detectable is None]
+    if single_round:
+        notes.append(
+            f"{len(single_round)} case{'s' * (len(single_round) != 1)} with one round on a side (e.g. a "
+            "schema 1 file): no interval between process lifetimes; rerun with --set rounds=3 or more"
+        )
     return notes
 
 
 def _rule(comparison: Comparison) -> str:
+    confidence = f"{100 * (1 - comparison.alpha):g}%"
     return (
-        f"better/worse: head/base past x{comparison.factor:g} (or 1/{comparison.factor:g}) and "
-        f"Mann-Whitney U p < {comparison.alpha:g} on the per-repeat rank-max times; ratio < 1: head faster"
+        f"head/base of the geometric means of the round medians, [{confidence} Welch interval]; "
+        f"better/worse: the whole interval past x{comparison.factor:g} (or 1/{comparison.factor:g}); too "
+        f"noisy: the interval is wider than x{comparison.factor:g} (detects: the smallest head/base it could "
+        "call worse); "
+        "ratio < 1: head faster"
     )
 
 
@@ -327,7 +361,7 @@ def render_table(comparison: Comparison, labels: tuple[str, str], console: Conso
         t.add_column(col, justify=align, no_wrap=col == "case")
     for c in comparison.cases:
         cells = [escape(x) for x in _cells(c, single)]
-        cells[5] = f"[{VERDICT_STYLES[c.verdict]}]{cells[5]}[/]"
+        cells[4] = f"[{VERDICT_STYLES[c.verdict]}]{cells[4]}[/]"
         t.add_row(*cells)
     console.print(t)
     for note in _notes(comparison, single):

@@ -1,14 +1,17 @@
-"""Run the same cases on two checkouts in one session, alternating case by case (`bench compare REF REF`).
+"""Run the same cases on two checkouts in one session, round by round in turn (`bench compare REF REF`).
 
-Order: base case 1, head case 1, base case 2, head case 2, ... so that drift on a noisy machine (another
-job starting, thermal throttling) hits both sides alike instead of all of one side.
+Order: base round 1 (every case, in its shuffled order, in pools of its own), head round 1, base round 2,
+head round 2, ... so that drift on a noisy machine (another job starting, thermal throttling) hits both
+sides alike instead of all of one side, and each side's rounds are separate lifetimes of its ranks.
 
-Each side runs its *own* code: every case is one `python -m bench run SCENARIO.yaml --filter case_id=ID`
-subprocess with the working directory and PYTHONPATH set to that side's worktree, writing (then resuming)
-that side's result file. What both sides run is one definition: the scenario files and the suite file are
-copied once, from the current working tree, into a staging folder that both subprocesses read; `--set`
-and `--device` are passed to both. After every case the side's file must record the side's commit, which
-proves that the worktree's code ran and not an installed copy of bench.
+Each side runs its *own* code: every round of a side is one `python -m bench run SCENARIO.yaml ...
+--filter scenario=S,case_id=ID ... --stop-after-round K` subprocess with the working directory and
+PYTHONPATH set to that side's worktree, writing (then resuming) that side's result file. What both sides
+run is one definition: the scenario files and the suite file are copied once, from the current working
+tree, into a staging folder that both subprocesses read; `--set` and `--device` are passed to both. Both
+record one session id (BENCH_SESSION), which tells `bench compare` that their drift is shared. After every
+round the side's file must record the side's commit, which proves that the worktree's code ran and not an
+installed copy of bench. A ref whose bench predates rounds cannot run this way: compare result files.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from bench.errors import UserError
 from bench.launch.gitrefs import RefSide
-from bench.results.store import CaseResult, load_result
+from bench.results.store import SESSION_ENV, RunResult, load_result
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection
@@ -59,6 +63,17 @@ class Staged:
     config: Path
     """The staged suite file (passed as --config)."""
     plan: list[Planned]
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The session id both sides record (RunResult.session)."""
+
+    @property
+    def scenario_files(self) -> list[Path]:
+        return list(dict.fromkeys(p.scenario_file for p in self.plan))
+
+    @property
+    def rounds(self) -> int:
+        """The most rounds a planned case has: how many turns each side takes."""
+        return max((p.case.rounds for p in self.plan), default=0)
 
 
 def stage(selections: Sequence[Selection], suite: Suite, folder: Path) -> Staged:
@@ -86,18 +101,29 @@ def stage(selections: Sequence[Selection], suite: Suite, folder: Path) -> Staged
 
 
 def bench_run_argv(
-    planned: Planned,
+    staged: Staged,
     output: Path,
     *,
     resume: bool,
-    config: Path,
+    stop_after: int,
     sets: Sequence[str] = (),
     device: str | None = None,
 ) -> list[str]:
-    """The `bench run` command line of one case on one side: --output the first time, --resume after."""
-    argv = [sys.executable, "-m", "bench", "run", str(planned.scenario_file), "--config", str(config)]
-    argv += ["--filter", f"case_id={planned.case.case_id}"]
+    """The `bench run` command line of one side's round `stop_after`: every staged scenario, the planned
+    cases (one --filter each), --output the first time, --resume after."""
+    argv = [
+        sys.executable,
+        "-m",
+        "bench",
+        "run",
+        *map(str, staged.scenario_files),
+        "--config",
+        str(staged.config),
+    ]
+    for planned in staged.plan:
+        argv += ["--filter", f"scenario={planned.case.scenario},case_id={planned.case.case_id}"]
     argv += ["--resume" if resume else "--output", str(output)]
+    argv += ["--stop-after-round", str(stop_after)]
     for item in sets:
         argv += ["--set", item]
     if device is not None:
@@ -105,11 +131,12 @@ def bench_run_argv(
     return argv
 
 
-def side_env(root: Path) -> dict[str, str]:
+def side_env(root: Path, session: str) -> dict[str, str]:
     """This process's environment with PYTHONPATH = the worktree alone, so its bench and gdn_cp import
-    first (an editable install's finder comes after PYTHONPATH on sys.path)."""
+    first (an editable install's finder comes after PYTHONPATH on sys.path), and the session id."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(root)
+    env[SESSION_ENV] = session
     return env
 
 
@@ -122,31 +149,33 @@ def _last_error(text: str) -> str:
 
 def run_on_side(
     checkout: Checkout,
-    planned: Planned,
+    staged: Staged,
     *,
     resume: bool,
-    config: Path,
+    stop_after: int,
     sets: Sequence[str] = (),
     device: str | None = None,
-) -> CaseResult:
-    """Run one case with the side's own bench; its CaseResult as the side's file records it.
+) -> RunResult:
+    """Run round `stop_after` of every planned case with the side's own bench; the side's file after it.
 
-    Exit 0 (ok) and 2 (the case failed) both leave the case in the file; 130 is Ctrl-C; anything else
+    Exit 0 (ok) and 2 (a case failed) both leave the cases in the file; 130 is Ctrl-C; anything else
     means this ref's bench cannot run the staged definitions: a UserError naming the ref.
     """
-    argv = bench_run_argv(planned, checkout.output, resume=resume, config=config, sets=sets, device=device)
+    argv = bench_run_argv(
+        staged, checkout.output, resume=resume, stop_after=stop_after, sets=sets, device=device
+    )
     proc = subprocess.run(
-        argv, cwd=checkout.root, env=side_env(checkout.root), capture_output=True, text=True
+        argv, cwd=checkout.root, env=side_env(checkout.root, staged.session), capture_output=True, text=True
     )
     who = f"{checkout.name} {checkout.side.label}"
     if proc.returncode == 130:
         raise KeyboardInterrupt
     if proc.returncode not in (0, 2):
         raise UserError(
-            f"{who}: its bench cannot run {planned.case.key()} (exit {proc.returncode}: "
-            f"{_last_error(proc.stderr or proc.stdout)}); the ref may predate `bench run` or this "
-            "scenario's keys; compare result files instead (`bench run` on each ref, then "
-            "`bench compare A.json B.json`)"
+            f"{who}: its bench cannot run round {stop_after} of the staged cases (exit {proc.returncode}: "
+            f"{_last_error(proc.stderr or proc.stdout)}); the ref may predate `bench run`, rounds "
+            "(--stop-after-round) or this scenario's keys; compare result files instead (`bench run` on "
+            "each ref, then `bench compare A.json B.json`)"
         )
     run = load_result(checkout.output)
     if run.environment.git_commit != checkout.side.commit:
@@ -155,16 +184,16 @@ def run_on_side(
             f"{checkout.side.commit[:8]}: another copy of bench ran instead of the worktree's; check "
             "PYTHONPATH and the installed packages"
         )
-    result = run.get(planned.case.key())
-    if result is None:
+    missing = [p.case.key() for p in staged.plan if run.get(p.case.key()) is None]
+    if missing:
         raise UserError(
-            f"{who}: `bench run` exited {proc.returncode} but {checkout.output} has no {planned.case.key()}; "
+            f"{who}: `bench run` exited {proc.returncode} but {checkout.output} has no {missing[0]}; "
             "its case ids differ from this bench's, so compare result files instead"
         )
-    return result
+    return run
 
 
-Runner = Callable[..., CaseResult]
+Runner = Callable[..., RunResult]
 
 
 def run_alternating(
@@ -174,21 +203,16 @@ def run_alternating(
     sets: Sequence[str] = (),
     device: str | None = None,
     runner: Runner = run_on_side,
-    on_start: Callable[[Checkout, Planned], None] = lambda checkout, planned: None,
-    on_done: Callable[[Checkout, CaseResult], None] = lambda checkout, result: None,
+    on_start: Callable[[Checkout, int], None] = lambda checkout, round_: None,
+    on_done: Callable[[Checkout, int, RunResult], None] = lambda checkout, round_, run: None,
 ) -> None:
-    """Every planned case on every checkout, alternating: case 1 on each side, then case 2, ..."""
+    """Every round on every checkout in turn: round 1 on each side, then round 2, ... (1-based rounds)."""
     started: set[str] = set()
-    for planned in staged.plan:
+    for round_ in range(1, staged.rounds + 1):
         for checkout in checkouts:
-            on_start(checkout, planned)
-            result = runner(
-                checkout,
-                planned,
-                resume=checkout.name in started,
-                config=staged.config,
-                sets=sets,
-                device=device,
+            on_start(checkout, round_)
+            run = runner(
+                checkout, staged, resume=checkout.name in started, stop_after=round_, sets=sets, device=device
             )
             started.add(checkout.name)
-            on_done(checkout, result)
+            on_done(checkout, round_, run)

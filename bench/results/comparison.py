@@ -1,48 +1,56 @@
-"""Compare two runs case by case: ratio of rank-max medians, Mann-Whitney U, a verdict, peak-memory deltas.
+"""Compare two runs case by case: the head/base ratio with its confidence interval, a verdict, peak memory.
 
 Pure functions over RunResult (no files, no git): `bench compare` feeds it two result files, whether they
 were given or just produced from two git refs. A case is compared only when it is ok on both sides and
 the two measurements are comparable (`comparability`); the rest is listed with why.
 
-Verdict (asv's rule): "worse" when head/base >= factor and the two-sided Mann-Whitney U test on the
-per-repeat rank-max samples gives p < alpha; "better" when head/base <= 1/factor and p < alpha; else "~".
-A large ratio from few or noisy repeats is "~": the test is what says the difference is not chance. A
-case timed while the machine was shared on either side (bench.measure.contention) gets "contended", no
-verdict. With n repeats per side the smallest possible p is 2 / C(2n, n): 0.33 for 2 repeats, 0.10 for 3,
-0.029 for 4, so at least 4 repeats per side are needed for any verdict at alpha = 0.05.
+The statistics are per round, not per repeat (bench.results.statistics): the repeats of one round share a
+process lifetime and are correlated, so each round counts once, by its median. The ratio is head/base of
+the geometric means of the round medians, with Welch's (1 - alpha) interval on their logarithms. Verdict:
+"worse" when the whole interval lies at or above the factor, "better" when at or below 1/factor; "too
+noisy" when the interval is wider than the factor (or a side has one round: no interval), with the smallest
+ratio this data could call worse (`detectable`); else "~". Rounds timed while the machine was shared
+(bench.measure.contention) are left out per round; a side left with fewer than two clean rounds gets
+"contended", no verdict.
+
+Drift: rounds of two refs interleaved in one session (`bench compare REF REF`: both files carry the same
+`session`) share the machine's drift, which the interval then covers. Two files measured at different
+times do not; `Comparison.interleaved` says which, and `bench compare` says so.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bench.errors import first_line
-from bench.measure.timing import rank_max
+from bench.results.statistics import RatioInterval, classify, ratio_interval, smallest_detectable
 from bench.results.store import CaseResult, RunResult
 
-Verdict = Literal["better", "worse", "~", "contended", "not comparable"]
+Verdict = Literal["better", "worse", "~", "too noisy", "contended", "not comparable"]
 
 DEFAULT_FACTOR = 1.10
-"""A change smaller than 10% either way is "~" however significant."""
+"""A change smaller than 10% either way is never a verdict; an interval wider than 10% is "too noisy"."""
 DEFAULT_ALPHA = 0.05
-"""Significance level of the Mann-Whitney U test."""
+"""1 - the confidence of the ratio's interval (0.05: 95%)."""
+MIN_ROUNDS = 2
+"""Clean rounds a side needs for an interval."""
 
 MACHINE_KEYS = ("hostname", "cpu_model", "cpu_count")
 DEVICE_KEYS = ("device_type", "device_name", "backend")
 SOFTWARE_KEYS = ("torch_version", "torch_npu_version")
 
 SCENARIO_KEYS_IGNORED = frozenset(
-    {"name", "description", "device", "warmup", "repeat", "cp", "seq_len", "local_seq_len", "mode"}
-    | {"checkpoint", "pass", "sweeps"}
+    {"name", "description", "device", "warmup", "repeat", "rounds", "cp", "seq_len", "local_seq_len"}
+    | {"mode", "checkpoint", "pass", "sweeps"}
 )
 """Scenario keys that cannot change the numbers of a case present on both sides: the text (name,
 description); device, whose effect is the environment's device (compared on its own); the sweep lists,
 which decide *which* cases exist, while a case's own coordinates are in its key; warmup and repeat, which
 may be null (the suite's value) in the definition, so their effective values are compared per case
-instead (warmup), or not at all (repeat: more repeats change the test's power, not what is measured)."""
+instead (warmup), or not at all (repeat and rounds: more of them change the interval's width, not what is
+measured)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -53,10 +61,21 @@ class CaseComparison:
     base: CaseResult
     head: CaseResult
     ratio: float
-    """head / base of the rank-max median."""
-    p_value: float
-    """Two-sided Mann-Whitney U on the per-repeat rank-max samples."""
+    """head / base of the estimates: geometric means of the clean round medians."""
+    p_value: float | None
+    """Two-sided Welch t test of the log round medians (None: a side has one round)."""
     verdict: Verdict
+    low: float | None = None
+    """Lower end of the ratio's (1 - alpha) interval (None: a side has fewer than two clean rounds)."""
+    high: float | None = None
+    """Upper end."""
+    detectable: float | None = None
+    """The smallest head/base this data could call worse (its inverse: better): factor x the interval's
+    half-width; None without an interval."""
+    rounds: tuple[int, int] = (0, 0)
+    """Clean rounds used, (base, head)."""
+    contended_rounds: tuple[int, int] = (0, 0)
+    """Rounds left out because the machine was shared, (base, head)."""
     not_comparable: str | None = None
     """Why the two measurements are not comparable (None: they are)."""
     forced: bool = False
@@ -96,6 +115,11 @@ class Comparison:
     """Cases ok on both sides, in base order (then head-only order)."""
     not_compared: list[NotCompared] = field(default_factory=list)
 
+    @property
+    def interleaved(self) -> bool:
+        """Both sides' rounds ran interleaved in one session (drift is shared, so the intervals cover it)."""
+        return self.base.session is not None and self.base.session == self.head.session
+
     def count(self, verdict: Verdict) -> int:
         return sum(c.verdict == verdict for c in self.cases)
 
@@ -111,17 +135,13 @@ class Comparison:
             f"{self.count('~')} ~",
             f"{self.count('not comparable')} not comparable",
         ]
+        if self.count("too noisy"):
+            parts.append(f"{self.count('too noisy')} too noisy")
         if self.count("contended"):
             parts.append(f"{self.count('contended')} contended")
         if self.not_compared:
             parts.append(f"{len(self.not_compared)} not compared")
         return ", ".join(parts)
-
-
-def min_p_value(n_base: int, n_head: int) -> float:
-    """The smallest two-sided Mann-Whitney U p-value that n_base vs n_head samples can reach (exact test,
-    no ties): 2 / C(n_base + n_head, n_base). Below alpha no verdict but "~" is possible."""
-    return min(1.0, 2.0 / math.comb(n_base + n_head, n_base))
 
 
 def _differences(base: dict[str, Any], head: dict[str, Any], keys: Sequence[str]) -> list[str]:
@@ -162,13 +182,10 @@ def comparability(base_run: RunResult, base: CaseResult, head_run: RunResult, he
     return "; ".join(reasons) or None
 
 
-def verdict(ratio: float, p_value: float, *, factor: float, alpha: float) -> Verdict:
-    """better / worse only when the ratio passes the factor and the test is significant; else "~"."""
-    if p_value < alpha and ratio >= factor:
-        return "worse"
-    if p_value < alpha and ratio <= 1.0 / factor:
-        return "better"
-    return "~"
+def clean_medians(result: CaseResult) -> tuple[list[float], int]:
+    """(the round medians of the rounds not contended, how many were contended)."""
+    clean = [r.median_s for r in result.rounds if not r.contended]
+    return clean, len(result.rounds) - len(clean)
 
 
 def compare_case(
@@ -181,33 +198,36 @@ def compare_case(
     alpha: float,
     force: bool = False,
 ) -> CaseComparison:
-    """Ratio, test and verdict of one case that is ok on both sides."""
-    assert base.timing is not None and head.timing is not None and base.samples_s and head.samples_s
-    ratio = head.timing.median_s / base.timing.median_s
-    base_samples, head_samples = rank_max(base.samples_s), rank_max(head.samples_s)
-    from scipy.stats import mannwhitneyu  # here, not at the top: scipy.stats takes ~1 s to import
-
-    # Identical samples on both sides (e.g. one repeat each, equal): the test is undefined; nothing differs.
-    p_value = (
-        1.0
-        if base_samples == head_samples
-        else float(mannwhitneyu(head_samples, base_samples, alternative="two-sided").pvalue)
-    )
+    """Ratio, interval and verdict of one case that is ok on both sides."""
+    (b, b_shared), (h, h_shared) = clean_medians(base), clean_medians(head)
     reason = comparability(base_run, base, head_run, head)
-    shared = [r for r in (base, head) if r.contention is not None and r.contention.contended]
+    interval: RatioInterval | None = None
+    if b and h:
+        interval = ratio_interval(b, h, 1.0 - alpha)
+    else:  # every round of a side contended: the ratio of all rounds, for the record only
+        interval = ratio_interval([r.median_s for r in base.rounds], [r.median_s for r in head.rounds])
+    short = len(b) < MIN_ROUNDS or len(h) < MIN_ROUNDS
     if reason is not None and not force:
         result: Verdict = "not comparable"
-    elif shared:
+    elif short and (b_shared or h_shared):
         result = "contended"  # a timing taken while the machine was shared says nothing about the code
+    elif short:
+        result = "too noisy"  # one round: no variance between process lifetimes seen, no interval
     else:
-        result = verdict(ratio, p_value, factor=factor, alpha=alpha)
+        result = classify(interval, factor)
+    clean = bool(b and h) and not short
     return CaseComparison(
         key=base.key,
         base=base,
         head=head,
-        ratio=ratio,
-        p_value=p_value,
+        ratio=interval.ratio,
+        p_value=interval.p_value if clean else None,
         verdict=result,
+        low=interval.low if clean else None,
+        high=interval.high if clean else None,
+        detectable=smallest_detectable(interval, factor) if clean else None,
+        rounds=(len(b), len(h)),
+        contended_rounds=(b_shared, h_shared),
         not_comparable=reason,
         forced=reason is not None and force,
     )

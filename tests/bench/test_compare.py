@@ -1,5 +1,5 @@
 """`bench compare`: verdicts on synthetic results with known outcomes, comparability, exit codes, markdown,
-the alternating A/B runner, and one real comparison of two git refs in a temporary clone."""
+the round-by-round A/B runner, and one real comparison of two git refs in a temporary clone."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ from bench.commands import compare
 from bench.errors import UserError
 from bench.launch.gitrefs import RefSide, resolve_side
 from bench.launch.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
+from bench.measure.contention import Contention
 from bench.measure.timing import summarize
-from bench.results.comparison import comparability, compare_runs, min_p_value
+from bench.results.comparison import comparability, compare_runs
 from bench.results.env import Environment
-from bench.results.store import CaseResult, MemoryResult, RunResult, load_result, save_result
+from bench.results.statistics import estimate
+from bench.results.store import CaseResult, MemoryResult, RoundResult, RunResult, load_result, save_result
 from bench.suite.config import Case
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -101,18 +103,31 @@ def case(mode: str = "p2p", seq_len: int = 64, warmup: int = 1) -> Case:
 
 
 def ok(
-    c: Case, median_ms: float, *, spread: float = 0.01, seed: int = 0, repeats: int = 10, mib: float = 10.0
+    c: Case,
+    median_ms: float,
+    *,
+    spread: float = 0.01,
+    seed: int = 0,
+    repeats: int = 10,
+    rounds: int = 3,
+    mib: float = 10.0,
 ):
-    """An ok result whose rank-max samples scatter by `spread` (relative) around `median_ms`."""
+    """An ok result of `rounds` rounds whose medians scatter by `spread` (relative) around `median_ms` (a
+    process lifetime's luck), each round's repeats by a tenth of that around its median."""
     rng = np.random.default_rng(seed)
-    rank0 = (median_ms / 1e3 * (1 + spread * rng.standard_normal(repeats))).tolist()
-    samples = [rank0, [x * 0.9 for x in rank0]]  # rank 1 is faster: rank-max is rank 0
+    measured = []
+    for _ in range(rounds):
+        centre = median_ms / 1e3 * (1 + spread * rng.standard_normal())
+        rank0 = (centre * (1 + spread / 10 * rng.standard_normal(repeats))).tolist()
+        measured.append(RoundResult(samples_s=[rank0, [x * 0.9 for x in rank0]]))  # rank-max is rank 0
+    pooled = [[s for r in measured for s in r.samples_s[rank]] for rank in range(2)]
     peak = int(mib * 2**20)
     return CaseResult(
         case=c,
         status="ok",
-        samples_s=samples,
-        timing=summarize(samples),
+        rounds=measured,
+        estimate=estimate([r.median_s for r in measured]),
+        timing=summarize(pooled),
         memory=MemoryResult(
             peak_bytes=peak, per_rank_bytes=[peak, peak], baseline_bytes=[0, 0], meter="test"
         ),
@@ -135,34 +150,66 @@ def test_verdicts_from_known_outcomes():
         ok(case("ulysses", 64), 100, seed=1),
         ok(case("p2p", 64), 100, seed=2),
         ok(case("ulysses", 128), 100, seed=3),
+        ok(case("p2p", 128), 100, spread=0.002, seed=7),
     )
     head = run_of(
         ok(case("ulysses", 64), 70, seed=4),  # clearly faster
         ok(case("p2p", 64), 140, seed=5, mib=12.0),  # clearly slower, more memory
-        ok(case("ulysses", 128), 100, spread=0.05, seed=6),  # the same, noisy
+        ok(case("ulysses", 128), 100, spread=0.05, seed=6),  # the same, noisy between rounds
+        ok(case("p2p", 128), 102, spread=0.002, seed=8),  # 2% slower, measured precisely: below the factor
         env=environment(git_commit="b" * 40),  # another commit is what is compared, not a mismatch
     )
     result = compare_runs(base, head)
     verdicts = {c.key.split("/")[1]: c for c in result.cases}
-    faster, slower, noise = (
-        verdicts[k] for k in ("ulysses-cp2-T64-fwd", "p2p-ckpt-cp2-T64-fwd", "ulysses-cp2-T128-fwd")
+    faster, slower, noise, small = (
+        verdicts[k]
+        for k in (
+            "ulysses-cp2-T64-fwd",
+            "p2p-ckpt-cp2-T64-fwd",
+            "ulysses-cp2-T128-fwd",
+            "p2p-ckpt-cp2-T128-fwd",
+        )
     )
-    assert (
-        faster.verdict == "better" and faster.ratio == pytest.approx(0.7, rel=0.03) and faster.p_value < 0.001
-    )
-    assert slower.verdict == "worse" and slower.ratio == pytest.approx(1.4, rel=0.03)
+    assert faster.verdict == "better" and faster.ratio == pytest.approx(0.7, rel=0.03)
+    assert faster.high <= 1 / 1.1 and faster.low < faster.ratio < faster.high and faster.p_value < 0.001
+    assert slower.verdict == "worse" and slower.ratio == pytest.approx(1.4, rel=0.03) and slower.low >= 1.1
     assert slower.memory_delta_mib == pytest.approx(2.0) and slower.memory_delta_pct == pytest.approx(20.0)
-    assert noise.verdict == "~" and abs(noise.ratio - 1) < 0.1
-    assert result.summary() == "1 better, 1 worse, 1 ~, 0 not comparable"
+    assert noise.verdict == "too noisy" and noise.high / noise.low > 1.1 and noise.detectable > 1.1
+    assert small.verdict == "~" and small.low < 1.1 and small.high / small.low <= 1.1
+    assert faster.rounds == (3, 3) and faster.contended_rounds == (0, 0)
+    assert result.summary() == "1 better, 1 worse, 1 ~, 0 not comparable, 1 too noisy"
+    assert not result.interleaved  # two runs of their own: drift between them is not controlled
 
 
-def test_a_large_ratio_from_few_repeats_is_not_a_verdict():
-    base = run_of(ok(case(), 100, repeats=3))
-    head = run_of(ok(case(), 200, repeats=3, seed=1))
+def test_one_round_is_no_verdict_however_large_the_ratio():
+    """One round per side (e.g. a schema 1 file) shows no variance between process lifetimes."""
+    base = run_of(ok(case(), 100, rounds=1))
+    head = run_of(ok(case(), 200, rounds=1, seed=1))
     (c,) = compare_runs(base, head).cases
     assert c.ratio == pytest.approx(2.0, rel=0.05)
-    assert c.p_value == pytest.approx(min_p_value(3, 3)) and c.p_value > 0.05  # the exact test's floor: 0.1
-    assert c.verdict == "~"
+    assert c.verdict == "too noisy" and c.low is None and c.detectable is None and c.p_value is None
+
+
+def test_contended_rounds_are_left_out_per_round():
+    shared = Contention(foreign=0.5, steal=0.0, load_before=2.0, load_after=2.0)
+    quiet = Contention(foreign=0.01, steal=0.0, load_before=0.1, load_after=0.1)
+    head = ok(case(), 200, rounds=4, seed=1)
+    for r, c in zip(head.rounds, (shared, quiet, quiet, quiet), strict=True):
+        r.contention = c
+    (c,) = compare_runs(run_of(ok(case(), 100)), run_of(head)).cases
+    assert c.verdict == "worse" and c.rounds == (3, 3) and c.contended_rounds == (0, 1)
+    for r in head.rounds[1:3]:
+        r.contention = shared  # one clean round left: no interval on that side
+    (c,) = compare_runs(run_of(ok(case(), 100)), run_of(head)).cases
+    assert c.verdict == "contended" and c.contended_rounds == (0, 3)
+
+
+def test_rounds_of_one_session_are_interleaved():
+    base, head = run_of(ok(case(), 100)), run_of(ok(case(), 100, seed=1))
+    base.session = head.session = "s1"
+    assert compare_runs(base, head).interleaved
+    head.session = "s2"
+    assert not compare_runs(base, head).interleaved
 
 
 def test_a_small_significant_change_is_not_a_verdict():
@@ -285,11 +332,12 @@ def test_table_and_markdown_output(files):
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     assert compare.run(str(files["base"]), str(files["slower"]), fmt="markdown", console=console) == 0
     md = console.export_text()
-    assert "| case | base | head | ratio | p | verdict | mem delta |" in md
-    assert "| :--- | ---: | ---: | ---: | ---: | :--- | ---: |" in md
+    assert "| case | base | head | head/base | verdict | mem delta |" in md
+    assert "| :--- | ---: | ---: | ---: | :--- | ---: |" in md
     slower = load_result(files["slower"]).cases[1]
     row = next(line for line in md.splitlines() if line.startswith("| p2p-ckpt-cp2-T64-fwd"))
-    assert f"{slower.timing.median_s * 1e3:.3f} ms" in row and "| worse |" in row
+    assert f"{slower.estimate.median_s * 1e3:.3f} ms [" in row and "| worse |" in row
+    assert "drift between the two runs is not controlled" in md
     assert "**0 better, 1 worse, 1 \\~, 0 not comparable**" in md
     assert "base `base.json (main@aaaaaaaa)` vs head `slower.json (main@aaaaaaaa)`" in md
 
@@ -298,50 +346,57 @@ def test_table_and_markdown_output(files):
 # Refs: the A/B runner
 
 
-def test_run_alternates_base_and_head_case_by_case(tmp_path):
+def test_run_alternates_base_and_head_round_by_round(tmp_path):
     side = RefSide(spec="main", commit="c" * 40)
     checkouts = [
         Checkout(name=n, side=side, root=tmp_path, output=tmp_path / f"{n}.json") for n in ("base", "head")
     ]
-    plan = [Planned(scenario_file=tmp_path / "s.yaml", case=case(seq_len=n)) for n in (64, 128, 256)]
+    plan = [
+        Planned(scenario_file=tmp_path / "s.yaml", case=dataclasses.replace(case(seq_len=n), rounds=r))
+        for n, r in ((64, 2), (128, 3))
+    ]
     calls = []
 
-    def fake(checkout, planned, *, resume, config, sets, device):
-        calls.append((checkout.name, planned.case.seq_len, resume))
-        return ok(planned.case, 1.0)
+    def fake(checkout, staged, *, resume, stop_after, sets, device):
+        calls.append((checkout.name, stop_after, resume))
+        return run_of()
 
-    run_alternating(checkouts, Staged(config=tmp_path / "bench.yaml", plan=plan), runner=fake)
+    staged = Staged(config=tmp_path / "bench.yaml", plan=plan)
+    run_alternating(checkouts, staged, runner=fake)
+    assert staged.rounds == 3
     assert calls == [
-        ("base", 64, False),
-        ("head", 64, False),
-        ("base", 128, True),
-        ("head", 128, True),
-        ("base", 256, True),
-        ("head", 256, True),
+        ("base", 1, False),
+        ("head", 1, False),
+        ("base", 2, True),
+        ("head", 2, True),
+        ("base", 3, True),
+        ("head", 3, True),
     ]
 
 
-def test_bench_run_argv_writes_then_resumes(tmp_path):
-    planned = Planned(scenario_file=tmp_path / "s.yaml", case=case())
-    first = bench_run_argv(
-        planned, tmp_path / "o.json", resume=False, config=tmp_path / "b.yaml", sets=["repeat=5"]
-    )
+def test_bench_run_argv_writes_then_resumes_one_round_at_a_time(tmp_path):
+    plan = [Planned(scenario_file=tmp_path / "s.yaml", case=case(mode)) for mode in ("p2p", "ulysses")]
+    staged = Staged(config=tmp_path / "b.yaml", plan=plan)
+    first = bench_run_argv(staged, tmp_path / "o.json", resume=False, stop_after=1, sets=["repeat=5"])
     assert first[:4] == [sys.executable, "-m", "bench", "run"]
     assert first[4:] == [
         str(tmp_path / "s.yaml"),
         "--config",
         str(tmp_path / "b.yaml"),
         "--filter",
-        "case_id=p2p-ckpt-cp2-T64-fwd",
+        "scenario=synthetic,case_id=p2p-ckpt-cp2-T64-fwd",
+        "--filter",
+        "scenario=synthetic,case_id=ulysses-cp2-T64-fwd",
         "--output",
         str(tmp_path / "o.json"),
+        "--stop-after-round",
+        "1",
         "--set",
         "repeat=5",
     ]
-    again = bench_run_argv(
-        planned, tmp_path / "o.json", resume=True, config=tmp_path / "b.yaml", device="cpu"
-    )
+    again = bench_run_argv(staged, tmp_path / "o.json", resume=True, stop_after=2, device="cpu")
     assert "--resume" in again and "--output" not in again and again[-2:] == ["--device", "cpu"]
+    assert again[again.index("--stop-after-round") + 1] == "2"
 
 
 FAKE_BENCH = """\
@@ -366,13 +421,15 @@ def test_a_ref_whose_bench_cannot_run_the_scenario_is_a_clear_error(tmp_path):
     checkout = fake_checkout(
         tmp_path, 'print("error: s.yaml:3: local_seq_len: unknown key", file=sys.stderr); sys.exit(1)'
     )
-    planned = Planned(scenario_file=tmp_path / "s.yaml", case=case())
+    staged = Staged(
+        config=tmp_path / "b.yaml", plan=[Planned(scenario_file=tmp_path / "s.yaml", case=case())]
+    )
     with pytest.raises(
         UserError,
-        match=r"base v0\.1 \(cccccccc\): its bench cannot run synthetic/p2p-ckpt-cp2-T64-fwd "
+        match=r"base v0\.1 \(cccccccc\): its bench cannot run round 1 of the staged cases "
         r"\(exit 1: s.yaml:3: local_seq_len: unknown key\); the ref may predate",
     ):
-        run_on_side(checkout, planned, resume=False, config=tmp_path / "b.yaml")
+        run_on_side(checkout, staged, resume=False, stop_after=1)
 
 
 def test_the_sides_own_code_runs_and_its_commit_is_checked(tmp_path):
@@ -380,11 +437,13 @@ def test_the_sides_own_code_runs_and_its_commit_is_checked(tmp_path):
     # file records another commit than the side's, which the runner refuses.
     body = f"shutil.copyfile({str(FIXTURES / 'ablation.json')!r}, argv[argv.index('--output') + 1])"
     checkout = fake_checkout(tmp_path, body)
-    planned = Planned(scenario_file=tmp_path / "s.yaml", case=case())
+    staged = Staged(
+        config=tmp_path / "b.yaml", plan=[Planned(scenario_file=tmp_path / "s.yaml", case=case())]
+    )
     with pytest.raises(
         UserError, match="the run recorded commit ebe7b0e1, not cccccccc: another copy of bench ran"
     ):
-        run_on_side(checkout, planned, resume=False, config=tmp_path / "b.yaml")
+        run_on_side(checkout, staged, resume=False, stop_after=1)
     assert (tmp_path / "o.json").is_file()
 
 
@@ -416,6 +475,7 @@ chunk_size: 8
 dtype: fp32
 warmup: 0
 repeat: 2
+rounds: 2
 cp: [1]
 seq_len: [64]
 mode: [ulysses]
@@ -462,8 +522,9 @@ def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
     (b,), (h,) = base.cases, head.cases
     assert b.key == h.key == "tiny/ulysses-cp1-T64-fwd" and b.status == h.status == "ok"
     assert MARKER in h.memory.includes and MARKER not in b.memory.includes  # each ref's own store.py ran
-    assert "ulysses-cp1-T64-fwd" in text and "0 better, 0 worse, 1 ~, 0 not comparable" in text
-    assert "with 2 repeats p cannot fall below 0.333" in text
+    assert len(b.rounds) == len(h.rounds) == 2 and base.session == head.session is not None
+    assert "ulysses-cp1-T64-fwd" in text and "0 better, 0 worse, " in text
+    assert "drift between the two runs is not controlled" not in text
     assert git(repo, "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
 
 
@@ -481,26 +542,35 @@ def repo(suite_dir: Path) -> Path:
 
 
 def stand_in(calls: list, *, slower_head: bool = True, interrupt_at: int | None = None):
-    """A runner that records its calls and writes a result file as `bench run` would (the side's commit)."""
+    """A runner that records its calls and writes a result file as `bench run --stop-after-round` would
+    (the side's commit, the session, one more round of every planned case)."""
 
-    def runner(checkout, planned, *, resume, config, sets, device):
-        calls.append((checkout.name, planned.case.case_id, resume, checkout.root.is_dir()))
+    def runner(checkout, staged, *, resume, stop_after, sets, device):
+        calls.append((checkout.name, stop_after, resume, checkout.root.is_dir()))
         if len(calls) == interrupt_at:
             raise KeyboardInterrupt
         if resume:
             run = load_result(checkout.output)
         else:
+            scenario_file = staged.plan[0].scenario_file
             run = RunResult(
                 name="tiny",
                 environment=environment(git_commit=checkout.side.commit),
                 suite={},
-                scenarios={"tiny": yaml.safe_load(planned.scenario_file.read_text()) | {"name": "tiny"}},
+                scenarios={"tiny": yaml.safe_load(scenario_file.read_text()) | {"name": "tiny"}},
+                session=staged.session,
             )
         slow = slower_head and checkout.name == "head"
-        result = ok(planned.case, 200 if slow else 100, seed=len(calls))
-        run.cases.append(result)
+        for planned in staged.plan:
+            fresh = ok(planned.case, 200 if slow else 100, seed=len(calls) * 100 + len(run.cases), rounds=1)
+            before = run.get(planned.case.key())
+            rounds = (before.rounds if before is not None else []) + fresh.rounds
+            run.cases = [c for c in run.cases if c.key != planned.case.key()]
+            run.cases.append(
+                dataclasses.replace(fresh, rounds=rounds, estimate=estimate([r.median_s for r in rounds]))
+            )
         save_result(run, checkout.output)
-        return result
+        return run
 
     return runner
 
@@ -518,15 +588,11 @@ def test_refs_run_alternating_in_worktrees_and_are_saved(repo, tmp_path):
     )
     text = console.export_text()
     assert code == 3, text  # head is twice as slow
-    assert [(n, c, r) for n, c, r, _ in calls] == [
-        ("base", "ulysses-cp1-T64-fwd_bwd", False),
-        ("head", "ulysses-cp1-T64-fwd_bwd", False),
-        ("base", "p2p-ckpt-cp1-T64-fwd_bwd", True),
-        ("head", "p2p-ckpt-cp1-T64-fwd_bwd", True),
-        ("base", "ulysses-cp2-T64-fwd_bwd", True),
-        ("head", "ulysses-cp2-T64-fwd_bwd", True),
-        ("base", "p2p-ckpt-cp2-T64-fwd_bwd", True),
-        ("head", "p2p-ckpt-cp2-T64-fwd_bwd", True),
+    assert [(n, k, r) for n, k, r, _ in calls] == [  # the suite's 2 rounds, base and head in turn
+        ("base", 1, False),
+        ("head", 1, False),
+        ("base", 2, True),
+        ("head", 2, True),
     ]
     assert all(existed for *_, existed in calls)  # each ran inside its worktree
     commit = git(repo, "rev-parse", "HEAD")[:8]
@@ -535,8 +601,11 @@ def test_refs_run_alternating_in_worktrees_and_are_saved(repo, tmp_path):
     assert base_file.name.endswith(f"-HEAD-{commit}-tiny.json") and head_file.name.endswith(
         f"-main-{commit}-tiny.json"
     )
-    assert len(load_result(head_file).cases) == 4
+    base_run, head_run = load_result(base_file), load_result(head_file)
+    assert len(head_run.cases) == 4 and all(len(c.rounds) == 2 for c in head_run.cases)
+    assert base_run.session == head_run.session is not None  # one session: drift shared
     assert "0 better, 4 worse, 0 ~, 0 not comparable" in text and "compare them again" in text
+    assert "drift between the two runs is not controlled" not in text
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
@@ -555,7 +624,9 @@ def test_a_ref_against_a_file_runs_only_the_files_cases(repo, tmp_path):
         )
         == 0
     )
-    assert [(n, c) for n, c, *_ in calls] == [("head", "ulysses-cp1-T64-fwd_bwd")]
+    assert [(n, k) for n, k, *_ in calls] == [("head", 1), ("head", 2)]  # only the ref runs
+    (second,) = (tmp_path / "second").glob("head-*.json")
+    assert [c.case.case_id for c in load_result(second).cases] == ["ulysses-cp1-T64-fwd_bwd"]  # file's cases
 
 
 def test_ctrl_c_removes_the_worktrees_and_keeps_what_finished(repo, tmp_path):
@@ -569,4 +640,4 @@ def test_ctrl_c_removes_the_worktrees_and_keeps_what_finished(repo, tmp_path):
     )
     assert code == 130 and len(calls) == 3
     assert git(repo, "worktree", "list").count("\n") == 0
-    assert len(list((tmp_path / "saved").glob("*.json"))) == 2  # case 1 of both sides
+    assert len(list((tmp_path / "saved").glob("*.json"))) == 2  # round 1 of both sides
