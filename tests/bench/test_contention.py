@@ -74,7 +74,10 @@ def test_this_hosts_proc_stat() -> None:
 
 
 def _contended(result: CaseResult, foreign: float) -> CaseResult:
-    return dataclasses.replace(result, contention=Contention(foreign, 0.0, 1.0, 2.0, True))
+    """`result` timed while other processes took `foreign` of the CPUs, in every round (as the case says)."""
+    shared = Contention(foreign, 0.0, 1.0, 2.0, True)
+    rounds = [dataclasses.replace(r, contention=shared) for r in result.rounds]
+    return dataclasses.replace(result, rounds=rounds, contention=shared)
 
 
 def test_contended_cases_get_no_verdict_and_are_marked() -> None:
