@@ -17,6 +17,7 @@ from bench.commands import gate as gate_command
 from bench.results.comparison import compare_runs
 from bench.results.gate import GateResult, accuracy_table, check_state, gate, timing_table
 from bench.results.store import RunResult, load_result, save_result
+from tests.bench.multiround import in_rounds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
@@ -24,8 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def timing_run(*, failed: str | None = None, **env) -> RunResult:
-    """The ablation fixture (3 repeats: every comparable case is "~"); `failed`: that case id failed."""
-    run = load_result(FIXTURES / "ablation.json")
+    """The ablation fixture in three rounds (two copies: every comparable case "~"); `failed`: that case
+    id failed."""
+    run = in_rounds(load_result(FIXTURES / "ablation.json"))
     cases = [
         dataclasses.replace(c, status="failed", error="RuntimeError: boom") if c.case.case_id == failed else c
         for c in run.cases

@@ -16,6 +16,7 @@ from bench.commands import gate as gate_command
 from bench.commands import show
 from bench.console import COLUMN_OVERHEAD, fit_columns
 from bench.results.tables import CASE_LINE_LEGEND
+from tests.bench.multiround import saved_in_rounds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +68,8 @@ def test_wide_tables_split_into_column_groups_at_80_columns():
     assert sum("worst param (name) rel-L2" in line for line in lines) == 1  # one group holds it, whole
 
 
-def test_gate_reads_at_80_columns():
-    fixture = str(FIXTURES / "ablation.json")
+def test_gate_reads_at_80_columns(tmp_path):
+    fixture = str(saved_in_rounds(FIXTURES / "ablation.json", tmp_path / "ablation.json"))
     verify = str(FIXTURES / "verify.json")
     lines = _at_80(lambda console: gate_command.run(fixture, fixture, verify=[verify], console=console))
     _readable(lines)
