@@ -35,8 +35,11 @@ def test_is_a_parallel_style_with_fixed_fields() -> None:
     same = LinearAttentionContextParallel(mode="p2p", checkpoint_summary=False)
     assert style == same and hash(style) == hash(same)
     assert repr(style) == (
-        "LinearAttentionContextParallel(mode='p2p', checkpoint_summary=False, layout='contiguous')"
+        "LinearAttentionContextParallel(mode='p2p', checkpoint_summary=False, layout='contiguous', "
+        "overlap=False)"
     )
+    with pytest.raises(AttributeError, match=r"overlap is read-only"):
+        style.overlap = True  # type: ignore[misc]
 
 
 @pytest.mark.multirank
