@@ -22,6 +22,8 @@ value_dim = Hv*V:
          + held * batch * a * Hv*K*(K + V)                 the summaries of other ranks the mode holds
                                                            (CPMode.held_summaries: all_gather cp, others 0;
                                                            one per piece: x2 in the zigzag layout)
+         + [overlap] padded * 2.5 * a*Hv*K*(1 + K / C)     the output scan's extra K columns: q_eff per token
+                                                           and the identity's part of each chunk state
          + [forward_backward] e*P + e*tokens*hidden         parameter and input gradients
 
 The factors 2.5 and 3 are fitted to gdn_cp's eager ops on CPU with the profiler meter (fp32, head dims
@@ -85,6 +87,8 @@ def estimate_peak_bytes(case: Case) -> int:
     mode = mode_class(case.mode)
     if mode.has_summary and not case.checkpoint:
         peak += tokens * SUMMARY_GRAPH_FACTOR * a * summary / C
+    if mode.has_summary and case.overlap:
+        peak += padded_tokens(case) * ACTIVATION_FACTOR * a * Hv * K * (1 + K / C)
     held = mode.held_summaries(case.cp) * pieces_per_rank(case.layout)  # a summary per piece
     peak += held * case.batch * a * summary
     if case.pass_ == "forward_backward":

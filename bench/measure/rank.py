@@ -100,7 +100,7 @@ def build_pass(
     grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout)
     cu_seqlens = cu_seqlens_of(case)
     style = LinearAttentionContextParallel(
-        mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout
+        mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout, overlap=case.overlap
     )
     layer = style.apply(layer)
 

@@ -10,7 +10,8 @@ Charts, with stable file names so that the README can embed them (`<name>.png`, 
     memory_vs_seq        peak allocated vs global sequence length per mode, one panel per CP degree; log-log
     comm_vs_seq          bytes sent + received by the busiest rank per pass, per mode and CP degree > 1
                          (bench.results.traffic: the communication model, equal to the counted bytes)
-    checkpoint_summary   summary checkpoint on vs off (p2p, all_gather): time cost (%) and memory saved (MiB)
+    checkpoint_summary   summary checkpoint on vs off (summary modes): time cost (%) and memory saved (MiB)
+    overlap_ablation     overlap on vs off (the summary modes): the same two panels
 
 Several result files overlay as series: colour = mode, line style and marker = file (branch@commit); a
 scenario's charts show only the files that measured it. A
@@ -555,14 +556,15 @@ def comm_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
     return fig
 
 
-def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str:
-    rows = {
-        s.label: [r for r in analysis.checkpoint_ablation(s.run) if r.scenario == scenario] for s in sources
-    }
+def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.Switch) -> Figure | str:
+    """Time cost (%) and memory saved (MiB) of `switch` on against off, per point, mode and source."""
+    rows = {s.label: [r for r in analysis.ablation(s.run, switch) if r.scenario == scenario] for s in sources}
+    if switch is analysis.CHECKPOINT:  # its own view; overlap's cases are in the overlap chart
+        rows = {label: [r for r in rs if not r.on.case.overlap] for label, rs in rows.items()}
     if not any(rows.values()):
-        return "no p2p/all_gather case ran with the summary checkpoint both on and off"
+        return f"no {'/'.join(switch.modes)} case ran with {switch.on_label} both on and off"
     points = sorted({(r.cp, r.seq_len) for rs in rows.values() for r in rs})
-    modes = [m for m in analysis.CHECKPOINT_MODES if any(r.mode == m for rs in rows.values() for r in rs)]
+    modes = [m for m in switch.modes if any(r.mode == m for rs in rows.values() for r in rs)]
     passes = {r.pass_ for rs in rows.values() for r in rs}
     groups = [(i, s, m) for i, s in enumerate(sources) for m in modes]
     width_in = max(6.0, 0.28 * len(points) * len(groups) + 0.5 * len(points))
@@ -599,10 +601,10 @@ def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str
     labels = [f"CP{cp}\n{format_tokens(n)}" for cp, n in points]
     pass_label = " / ".join(PASS_LABELS[p] for p in analysis.PASSES if p in passes)
     for ax, title, unit in (
-        (ax_time, f"time cost of the checkpoint, {pass_label} (above 0: slower)", "time cost (%)"),
+        (ax_time, f"time cost of {switch.on_label}, {pass_label} (above 0: slower)", "time cost (%)"),
         (
             ax_mem,
-            "peak allocated memory saved by the checkpoint (above 0: less memory)",
+            f"peak allocated memory saved by {switch.on_label} (above 0: less memory)",
             "memory saved (MiB)",
         ),
     ):
@@ -616,15 +618,24 @@ def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str
     ax_mem.set_xlabel("CP degree, global sequence length")
     _finish(
         fig,
-        title="Summary checkpoint on vs off",
+        title=switch.title,
         scenario=scenario,
         sources=sources,
         variants=[Variant(m, True) for m in modes],
-        note="time cost: t(checkpoint on) / t(off) - 1 of the median rank-max time (bars: from the IQRs); "
-        "memory saved: peak allocated off - on",
+        note=f"time cost: t({switch.on_label} on) / t(off) - 1, the ratio of the round medians (bars: its "
+        "95% interval across rounds, or the IQRs with one round; a bar across 0 is within noise); memory "
+        "saved: peak allocated off - on",
         bars=True,
     )
     return fig
+
+
+def checkpoint_summary(sources: Sequence[Source], scenario: str) -> Figure | str:
+    return _ablation_chart(sources, scenario, analysis.CHECKPOINT)
+
+
+def overlap_ablation(sources: Sequence[Source], scenario: str) -> Figure | str:
+    return _ablation_chart(sources, scenario, analysis.OVERLAP)
 
 
 BUILDERS: dict[str, Callable[[Sequence[Source], str], Figure | str]] = {
@@ -635,6 +646,7 @@ BUILDERS: dict[str, Callable[[Sequence[Source], str], Figure | str]] = {
     "memory_vs_seq": memory_vs_seq,
     "comm_vs_seq": comm_vs_seq,
     "checkpoint_summary": checkpoint_summary,
+    "overlap_ablation": overlap_ablation,
 }
 TITLES = {
     "time_vs_seq": "Time vs global sequence length",
@@ -643,7 +655,8 @@ TITLES = {
     "strong_scaling": "Strong scaling",
     "memory_vs_seq": "Peak memory vs global sequence length",
     "comm_vs_seq": "Communication (bytes per rank) vs global sequence length",
-    "checkpoint_summary": "Summary checkpoint on vs off",
+    "checkpoint_summary": analysis.CHECKPOINT.title,
+    "overlap_ablation": analysis.OVERLAP.title,
 }
 
 

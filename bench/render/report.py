@@ -183,22 +183,32 @@ def _results_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
     return document_blocks(tables)
 
 
+def _cost(a: AblationRow) -> str:
+    """The time cost, with its interval across rounds where there is one; "within noise" when it holds 0."""
+    interval = a.time_cost_interval_pct
+    if interval is None:
+        return _pct(a.time_cost_pct)
+    text = f"{_pct(a.time_cost_pct)} [{interval[0]:+.1f}, {interval[1]:+.1f}]"
+    return text + (" within noise" if a.within_noise else "")
+
+
 def _ablation_table(rows: Sequence[AblationRow], title: str) -> Table:
+    switch = rows[0].switch
     table_rows = []
     for a in rows:
         where = [str(a.cp), format_tokens(a.seq_len)]
         saved = a.memory_saved_mib
         table_rows.append(
-            [*where, a.mode, "graph kept", format_ms(a.off.timing), format_mib(a.off.memory), "", ""]
+            [*where, a.mode, switch.off_label, format_ms(a.off.timing), format_mib(a.off.memory), "", ""]
         )
         table_rows.append(
             [
                 *where,
                 a.mode,
-                "checkpoint",
+                switch.on_label,
                 format_ms(a.on.timing),
                 format_mib(a.on.memory),
-                _pct(a.time_cost_pct),
+                _cost(a),
                 "-" if saved is None else f"{-saved:+.1f} MiB",
             ]
         )
@@ -212,22 +222,37 @@ def _ablation_table(rows: Sequence[AblationRow], title: str) -> Table:
     )
 
 
+ABLATION_NOTES = {
+    analysis.CHECKPOINT.field: "graph kept: the (S, M) summary's autograd graph is kept from forward to "
+    "backward (checkpoint off); checkpoint: the summary runs under activation checkpointing and is "
+    "recomputed in backward.",
+    analysis.OVERLAP.field: "overlap: the outputs' part that does not read the entering state is computed "
+    "while the summary exchange is in flight (one more chunk scan of work for the exchange's latency).",
+}
+
+
 def _ablation_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
     blocks: list = []
-    for r in runs:
-        rows = [a for a in analysis.checkpoint_ablation(r.run) if a.scenario == scenario]
-        if rows:
-            blocks.append(_ablation_table(rows, f"{r.label}: {scenario}" if len(runs) > 1 else scenario))
-    if blocks:
-        blocks.append(
-            Paragraph(
-                text="graph kept: the (S, M) summary's autograd graph is kept from forward to backward "
-                "(checkpoint off); checkpoint: the summary runs under activation checkpointing and is "
-                "recomputed in backward. time and memory: checkpoint relative to graph kept (time +x%: "
-                "slower; memory -y MiB: less peak allocated).",
-                small=True,
+    for switch in (analysis.CHECKPOINT, analysis.OVERLAP):
+        found = False
+        for r in runs:
+            rows = [a for a in analysis.ablation(r.run, switch) if a.scenario == scenario]
+            if switch is analysis.CHECKPOINT:
+                rows = [a for a in rows if not a.on.case.overlap]
+            if rows:
+                found = True
+                name = f"{switch.title}: {scenario}"
+                blocks.append(_ablation_table(rows, f"{r.label}: {name}" if len(runs) > 1 else name))
+        if found:
+            blocks.append(
+                Paragraph(
+                    text=f"{ABLATION_NOTES[switch.field]} time and memory: {switch.on_label} relative to "
+                    f"{switch.off_label} (time +x%: slower, with its 95% interval across rounds where there "
+                    "are two or more; within noise: the interval holds 0; memory -y MiB: less peak "
+                    "allocated).",
+                    small=True,
+                )
             )
-        )
     return blocks
 
 
@@ -330,7 +355,7 @@ def scenarios(runs: Sequence[ReportRun]) -> list[Section]:
         )
         parts = [
             ("Results", _results_blocks(present, name)),
-            ("Summary checkpoint ablation", _ablation_blocks(present, name)),
+            ("Ablations", _ablation_blocks(present, name)),
             ("Scaling efficiency", _scaling_blocks(present, name)),
             ("Charts", _chart_blocks(present, name, prefixed=len(names) > 1)),
         ]

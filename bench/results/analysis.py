@@ -1,4 +1,5 @@
-"""What charts and reports derive from a run: scaling series and the summary-checkpoint ablation. Pure.
+"""What charts and reports derive from a run: scaling series and the ablations of a switch (the summary
+checkpoint, overlap) on vs off. Pure.
 
 Everything here reads the ok cases of one RunResult, addressed by their coordinates (scenario, mode,
 summary checkpoint, CP degree, global sequence length, pass). Scaling and sequence-length views use one
@@ -17,10 +18,13 @@ first case's; packed against unpacked is a table (bench.results.tables.documents
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.results.comparison import clean_medians
+from bench.results.statistics import RatioInterval, ratio_interval
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import PASS_TAGS, Case
 from bench.suite.documents import documents_tag
@@ -39,10 +43,16 @@ class Variant:
 
     mode: str
     checkpoint: bool | None
+    overlap: bool = False
+    """Scaling and length views show the cases without overlap (its own view: `ablation(run, OVERLAP)`)."""
 
     @property
     def label(self) -> str:
-        return self.mode + (" (ckpt off)" if self.checkpoint is False else "")
+        return (
+            self.mode
+            + (" (ckpt off)" if self.checkpoint is False else "")
+            + (" (overlap)" if self.overlap else "")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +81,29 @@ class ScalingPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class AblationRow:
-    """Summary checkpoint off (graph kept) against on (recomputed in backward), at one point."""
+class Switch:
+    """A setting an ablation turns on and off (a boolean case field), and how tables and charts name it."""
 
+    field: str
+    """The Case field: checkpoint or overlap."""
+    title: str
+    off_label: str
+    on_label: str
+    modes: tuple[str, ...]
+    """The modes it applies to."""
+
+
+CHECKPOINT = Switch(
+    "checkpoint", "Summary checkpoint on vs off", "graph kept", "checkpoint", CHECKPOINT_MODES
+)
+OVERLAP = Switch("overlap", "Overlap on vs off", "no overlap", "overlap", SUMMARY_MODES)
+
+
+@dataclass(frozen=True, slots=True)
+class AblationRow:
+    """A switch off against on at one point (every other coordinate the same)."""
+
+    switch: Switch
     scenario: str
     cp: int
     seq_len: int
@@ -84,20 +114,43 @@ class AblationRow:
     on: CaseResult
 
     @property
+    def _interval(self) -> RatioInterval:
+        """on / off from the round medians of the clean rounds (bench.results.statistics)."""
+        return ratio_interval(clean_medians(self.off)[0], clean_medians(self.on)[0])
+
+    @property
     def time_cost_pct(self) -> float:
-        """How much longer the pass takes with the checkpoint, in % of the time without."""
-        return 100.0 * (_median(self.on) / _median(self.off) - 1.0)
+        """How much longer the pass takes with the switch on, in % of the time with it off."""
+        return 100.0 * (self._interval.ratio - 1.0)
+
+    @property
+    def time_cost_interval_pct(self) -> tuple[float, float] | None:
+        """The cost's 95% interval across rounds, in %; None with fewer than two rounds a side."""
+        i = self._interval
+        if i.low is None or i.high is None:
+            return None
+        return 100.0 * (i.low - 1.0), 100.0 * (i.high - 1.0)
+
+    @property
+    def within_noise(self) -> bool:
+        """The interval holds 0: this run cannot tell the cost from no cost (False without an interval)."""
+        interval = self.time_cost_interval_pct
+        return interval is not None and interval[0] <= 0.0 <= interval[1]
 
     @property
     def time_cost_range_pct(self) -> tuple[float, float]:
-        """The cost's spread from both IQRs: (q25 on / q75 off, q75 on / q25 off), in %."""
+        """The cost's spread: its interval where there are rounds enough, else from both IQRs
+        (q25 on / q75 off, q75 on / q25 off), in %."""
+        interval = self.time_cost_interval_pct
+        if interval is not None:
+            return interval
         on, off = self.on.timing, self.off.timing
         assert on is not None and off is not None
         return 100.0 * (on.q25_s / off.q75_s - 1.0), 100.0 * (on.q75_s / off.q25_s - 1.0)
 
     @property
     def memory_saved_mib(self) -> float | None:
-        """Peak allocated without the checkpoint minus with it (positive: the checkpoint saves memory)."""
+        """Peak allocated with the switch off minus on (positive: on saves memory)."""
         if self.on.memory is None or self.off.memory is None:
             return None
         return self.off.memory.peak_mib - self.on.memory.peak_mib
@@ -176,10 +229,11 @@ def find(
     """The ok case at these coordinates, if it ran."""
     for c in _ok(run):
         k = c.case
-        if (k.scenario, k.mode, k.checkpoint, k.cp, k.seq_len, k.pass_) == (
+        if (k.scenario, k.mode, k.checkpoint, k.overlap, k.cp, k.seq_len, k.pass_) == (
             scenario,
             variant.mode,
             variant.checkpoint,
+            variant.overlap,
             cp,
             seq_len,
             pass_,
@@ -288,25 +342,37 @@ def weak_scaling(
     return out
 
 
-def checkpoint_ablation(run: RunResult) -> list[AblationRow]:
-    """Every point where a mode ran with the summary checkpoint both on and off, in case order."""
+def ablation(run: RunResult, switch: Switch) -> list[AblationRow]:
+    """Every point where a mode ran with `switch` both on and off, all else equal, in case order."""
     rows: dict[tuple, AblationRow] = {}
     for c in _ok(run):
         k = c.case
-        if k.mode not in CHECKPOINT_MODES or k.checkpoint is not True:
+        if k.mode not in switch.modes or getattr(k, switch.field) is not True:
             continue
-        key = (k.scenario, k.cp, k.seq_len, k.mode)
+        key = (k.scenario, k.cp, k.seq_len, k.mode, dataclasses.replace(k, pass_="forward").key())
         if key in rows:
             continue
         for pass_ in ("forward_backward", "forward"):  # the first pass measured both ways
-            on = find(run, k.scenario, Variant(k.mode, True), k.cp, k.seq_len, pass_)
-            off = find(run, k.scenario, Variant(k.mode, False), k.cp, k.seq_len, pass_)
-            if on is not None and off is not None:
+            on = run.get(dataclasses.replace(k, pass_=pass_).key())
+            off = run.get(dataclasses.replace(k, pass_=pass_, **{switch.field: False}).key())
+            if on is not None and off is not None and on.status == off.status == "ok":
                 rows[key] = AblationRow(
-                    scenario=k.scenario, cp=k.cp, seq_len=k.seq_len, mode=k.mode, pass_=pass_, off=off, on=on
+                    switch=switch,
+                    scenario=k.scenario,
+                    cp=k.cp,
+                    seq_len=k.seq_len,
+                    mode=k.mode,
+                    pass_=pass_,
+                    off=off,
+                    on=on,
                 )
                 break
     return sorted(
         rows.values(),
         key=lambda r: (scenario_names(run).index(r.scenario), r.cp, r.seq_len, mode_order(r.mode)),
     )
+
+
+def checkpoint_ablation(run: RunResult) -> list[AblationRow]:
+    """The summary checkpoint on vs off (`ablation` of CHECKPOINT), of the cases without overlap."""
+    return [r for r in ablation(run, CHECKPOINT) if not r.on.case.overlap]

@@ -116,7 +116,10 @@ class Sweep:
     mode: list[Mode] | None = None
     """CP modes; default: all of ulysses, p2p, all_gather."""
     checkpoint: list[bool] | None = None
-    """Summary checkpoint on/off (p2p and all_gather only; ulysses runs once); default [true]."""
+    """Summary checkpoint on/off (the modes with a summary only; ulysses runs once); default [true]."""
+    overlap: list[bool] | None = None
+    """The summary exchange overlapped with the outputs' state-free part, on/off (the modes with a summary
+    only: LinearAttentionContextParallel.overlap); default [false]."""
     pass_: list[Pass] | None = None
     """Passes to time (YAML key `pass`); default [forward, forward_backward]."""
     layout: list[Layout] | None = None
@@ -161,12 +164,13 @@ class Sweep:
 DEFAULT_SWEEP = Sweep(
     mode=list(MODES),
     checkpoint=[True],
+    overlap=[False],
     pass_=list(get_args(Pass)),
     layout=[DEFAULT_LAYOUT],
     documents=[None],
 )
-"""What a scenario sweeps when it does not say: every mode, checkpoint on, both passes, the contiguous
-layout, one unpacked sequence."""
+"""What a scenario sweeps when it does not say: every mode, checkpoint on, no overlap, both passes, the
+contiguous layout, one unpacked sequence."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -363,7 +367,8 @@ class Scenario:
         `warmup`/`repeat`/`rounds` are the suite's; the scenario's own values win. Checkpoint only matters for
         p2p and all_gather: ulysses gets one case with checkpoint None whatever the list says; likewise the
         layout only matters at cp > 1 (cp 1 runs once, contiguous). A list of dtypes is the outermost loop
-        of every sweep; per point the order is checkpoint, layout, documents, pass.
+        of every sweep; per point the order is checkpoint, overlap, layout, documents, pass (overlap only at
+        cp > 1, where there is an exchange to overlap).
         """
         common = {k: getattr(self, k) for k in MODEL_KEYS}
         common.update(
@@ -378,19 +383,28 @@ class Scenario:
         out: dict[str, Case] = {}
         for sweep in self.effective_sweeps():
             # filled by __post_init__ and DEFAULT_SWEEP
-            assert sweep.cp and sweep.mode and sweep.checkpoint and sweep.pass_ and sweep.layout
+            assert (
+                sweep.cp
+                and sweep.mode
+                and sweep.checkpoint
+                and sweep.overlap
+                and sweep.pass_
+                and sweep.layout
+            )
             assert isinstance(sweep.documents, list)
             for dtype, cp in product(self.dtypes, sweep.cp):
                 lengths = sweep.seq_len or [n * cp for n in sweep.local_seq_len or ()]
                 for seq_len, mode in product(lengths, sweep.mode):
                     checkpoints = sweep.checkpoint if mode in SUMMARY_MODES else [None]
+                    overlaps = sweep.overlap if mode in SUMMARY_MODES and cp > 1 else [False]
                     # one rank holds zigzag's two pieces in order: at cp 1 it is the contiguous layout
                     layouts = sweep.layout if cp > 1 else [DEFAULT_LAYOUT]
-                    inputs = product(checkpoints, layouts, sweep.documents, sweep.pass_)
-                    for ckpt, layout, documents, pass_ in inputs:
+                    inputs = product(checkpoints, overlaps, layouts, sweep.documents, sweep.pass_)
+                    for ckpt, overlap, layout, documents, pass_ in inputs:
                         case = Case(
                             mode=mode,
                             checkpoint=ckpt,
+                            overlap=overlap,
                             cp=cp,
                             seq_len=seq_len,
                             pass_=pass_,
@@ -462,6 +476,9 @@ class Case:
     documents: Documents | None = None
     """Packed documents (bench.suite.documents; their global boundaries are the layer's cu_seqlens), or
     null: unpacked sequences."""
+    overlap: bool = False
+    """The summary exchange overlapped with the outputs' state-free part (modes with a summary, cp > 1);
+    false in files written before it existed."""
 
     def __post_init__(self) -> None:
         # from_dict hands the stored mapping; Scenario.cases a Documents
@@ -484,10 +501,12 @@ class Case:
     @property
     def case_id(self) -> str:
         """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`; with a dtype
-        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`; the zigzag layout and packed documents add their tags
+        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`; overlap on adds `-overlap` after the checkpoint tag; the
+        zigzag layout and packed documents add their tags
         after the length, `p2p-ckpt-cp4-T32768-zigzag-docs64-lognormal-fwd_bwd` (the ids of cases in the
         contiguous layout without documents are what they always were)."""
         ckpt = "" if self.checkpoint is None else ("-ckpt" if self.checkpoint else "-nockpt")
+        ckpt += "-overlap" if self.overlap else ""
         dtype = f"-{dtype_name(to_dtype(self.dtype))}" if self.dtype_in_id else ""
         return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}{self.input_tag}-{PASS_TAGS[self.pass_]}{dtype}"
 

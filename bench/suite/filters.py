@@ -4,8 +4,9 @@ Syntax: comma-separated terms, all of which must match (AND); `--filter` given s
 cases that match any of them (OR). A term is
     field=pattern    a case field, with shell-style wildcards: mode=p2p, cp=2, seq_len=4*, pass=forward
     pattern          a wildcard on the case id: *cp4*, p2p-ckpt-*-fwd_bwd
-Fields: case_id, scenario, mode, checkpoint (true, false, or none for ulysses), cp, seq_len, local_seq_len,
-pass, dtype, batch, layout, documents (the case id's tag, e.g. docs64-lognormal, or none).
+Fields: case_id, scenario, mode, checkpoint (true, false, or none for ulysses), overlap (true, false), cp,
+seq_len, local_seq_len, pass, dtype, batch, layout, documents (the case id's tag, e.g. docs64-lognormal, or
+none).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ FILTER_FIELDS = (
     "scenario",
     "mode",
     "checkpoint",
+    "overlap",
     "cp",
     "seq_len",
     "local_seq_len",

@@ -50,6 +50,7 @@ def compare_on_rank(
             layer_hook=layer_hook,
             layout=case.layout,
             documents=case.cu_seqlens(),
+            overlap=case.overlap,
         )
         for seed in seeds
     ]

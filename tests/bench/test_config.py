@@ -22,7 +22,7 @@ MODEL = {
 
 
 def scenario(**kw) -> Scenario:
-    sweep_keys = {"cp", "seq_len", "local_seq_len", "mode", "checkpoint", "pass_"}
+    sweep_keys = {"cp", "seq_len", "local_seq_len", "mode", "checkpoint", "overlap", "pass_"}
     sweep = Sweep(**{k: v for k, v in kw.items() if k in sweep_keys})
     rest = {k: v for k, v in kw.items() if k not in sweep_keys}
     return Scenario(name="s", **{**MODEL, **rest}, sweep=sweep)
@@ -60,6 +60,21 @@ def test_expansion_full_product_with_single_ulysses_case():
     ]
     ulysses = [c for c in s.cases(warmup=3, repeat=10) if c.mode == "ulysses"]
     assert {c.checkpoint for c in ulysses} == {None}
+
+
+def test_overlap_sweeps_the_summary_modes_where_there_is_an_exchange():
+    s = scenario(cp=[1, 2], seq_len=[128], mode=["ulysses", "p2p"], overlap=[False, True], pass_=["forward"])
+    assert ids(s) == [
+        "ulysses-cp1-T128-fwd",
+        "p2p-ckpt-cp1-T128-fwd",
+        "ulysses-cp2-T128-fwd",
+        "p2p-ckpt-cp2-T128-fwd",
+        "p2p-ckpt-overlap-cp2-T128-fwd",
+    ]
+    (on,) = [c for c in s.cases(warmup=3, repeat=10) if c.overlap]
+    assert Case.from_dict(on.to_dict()) == on
+    old = {k: v for k, v in on.to_dict().items() if k != "overlap"}  # a file written before overlap existed
+    assert Case.from_dict(old).overlap is False
 
 
 def test_defaults_every_mode_checkpoint_on_both_passes():

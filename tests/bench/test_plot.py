@@ -18,6 +18,7 @@ from bench.results import analysis
 from bench.results.analysis import Variant
 from bench.results.store import load_result, save_result
 from bench.results.traffic import bytes_moved
+from tests.bench.multiround import in_rounds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -32,17 +33,47 @@ def plotted(tmp_path_factory) -> tuple[Path, str]:
     return out, console.export_text()
 
 
+DRAWN = [name for name in BUILDERS if name != "overlap_ablation"]  # the fixture has no overlap cases
+
+
 def test_every_chart_is_a_valid_png_and_svg(plotted):
     out, printed = plotted
-    for name in BUILDERS:
+    assert (
+        "overlap_ablation: skipped, no p2p/all_gather/scan case ran with overlap both on and off" in printed
+    )
+    for name in DRAWN:
         png, svg = out / f"{name}.png", out / f"{name}.svg"
         assert png.read_bytes()[:8] == PNG_SIGNATURE, name
         root = ET.parse(svg).getroot()
         assert root.tag == "{http://www.w3.org/2000/svg}svg", name
         assert name in printed or str(png) in printed
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{n}.{x}" for n in BUILDERS for x in ("png", "svg")
-    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}.{x}" for n in DRAWN for x in ("png", "svg"))
+
+
+def test_the_overlap_ablation_reads_pairs_that_differ_only_in_overlap(tmp_path):
+    """p2p at cp 2 given overlap-on twins 10% slower in three rounds: the chart draws, each row pairs a case
+    with its twin, the cost is +10% with an interval, and the scaling views keep the cases without it."""
+    run = in_rounds(load_result(FIXTURES / "scaling.json"))
+    twins = []
+    for r in run.cases:
+        if r.status == "ok" and r.case.mode == "p2p" and r.case.cp == 2:
+            slower = [
+                dataclasses.replace(g, samples_s=[[x * 1.1 for x in rank] for rank in g.samples_s])
+                for g in r.rounds
+            ]
+            twins.append(
+                dataclasses.replace(r, case=dataclasses.replace(r.case, overlap=True), rounds=slower)
+            )
+    run = dataclasses.replace(run, cases=[*run.cases, *twins])
+    rows = analysis.ablation(run, analysis.OVERLAP)
+    assert len(rows) == 4 and all(r.on.case == dataclasses.replace(r.off.case, overlap=True) for r in rows)
+    assert all(r.time_cost_pct == pytest.approx(10.0) and not r.within_noise for r in rows)
+    assert all(r.time_cost_interval_pct is not None for r in rows)
+    assert len(analysis.checkpoint_ablation(run)) == 5  # the overlap twins are not checkpoint rows
+    found = analysis.find(run, "tiny-scaling", Variant("p2p", True), 2, 128, "forward")
+    assert found is not None and not found.case.overlap
+    charts, notes = build_charts(sources_for([run]))
+    assert "overlap_ablation" in {c.name for c in charts} and not any("overlap" in n for n in notes)
 
 
 def test_charts_are_titled_with_device_and_commit(plotted):
