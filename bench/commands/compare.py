@@ -33,7 +33,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from bench.commands import common_args
 from bench.console import CaseProgress, print_warning
@@ -55,6 +54,7 @@ from bench.results.comparison import (
 from bench.results.paths import free_path, new_folder
 from bench.results.statistics import format_estimate
 from bench.results.store import RunResult, load_result, result_filename
+from bench.results.tables import TableData, print_tables
 from bench.suite.filters import CaseFilter, parse_filters
 from bench.suite.loader import display, load_suite, parse_overrides
 from bench.suite.selection import select
@@ -351,19 +351,16 @@ def _rule(comparison: Comparison) -> str:
 
 def render_table(comparison: Comparison, labels: tuple[str, str], console: Console) -> None:
     single = len({c.key.split("/")[0] for c in comparison.cases}) <= 1
-    t = Table(
-        title=f"base {escape(labels[0])}  vs  head {escape(labels[1])}",
-        title_justify="left",
-        caption=escape(comparison.summary()),
-        caption_justify="left",
+    table = TableData(
+        title=f"base {labels[0]}  vs  head {labels[1]}",
+        headers=COLUMNS,
+        rows=[_cells(c, single) for c in comparison.cases],
+        numeric={i for i, align in enumerate(ALIGN) if align == "right"},
+        verdict_column=COLUMNS.index("verdict"),
+        verdict_styles=VERDICT_STYLES,
     )
-    for col, align in zip(COLUMNS, ALIGN, strict=True):
-        t.add_column(col, justify=align, no_wrap=col == "case")
-    for c in comparison.cases:
-        cells = [escape(x) for x in _cells(c, single)]
-        cells[4] = f"[{VERDICT_STYLES[c.verdict]}]{cells[4]}[/]"
-        t.add_row(*cells)
-    console.print(t)
+    print_tables([table], console)  # fitted to the width, in column groups where it is too wide
+    console.print(escape(comparison.summary()))
     for note in _notes(comparison, single):
         if note.startswith("compared anyway"):
             print_warning(note)

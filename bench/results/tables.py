@@ -172,7 +172,9 @@ class TableData:
     notes: list[str] = field(default_factory=list)
     """Lines printed under the table."""
     verdict_column: int | None = None
-    """A column of pass/FAIL cells, coloured in the terminal."""
+    """A column of verdict cells, coloured in the terminal."""
+    verdict_styles: dict[str, str] | None = None
+    """The rich style of each verdict; None: pass green, anything else bold red."""
 
 
 def to_rich(table: TableData, group: ColumnGroup | None = None, *, continued: bool = False) -> Table:
@@ -187,7 +189,11 @@ def to_rich(table: TableData, group: ColumnGroup | None = None, *, continued: bo
         cells = {i: escape(row[i]) for i in columns}
         if table.verdict_column in cells:
             v = row[table.verdict_column]
-            cells[table.verdict_column] = f"[green]{v}[/]" if v == "pass" else f"[bold red]{v}[/]"
+            if table.verdict_styles is None:
+                style = "green" if v == "pass" else "bold red"
+            else:
+                style = table.verdict_styles.get(v, "")
+            cells[table.verdict_column] = f"[{style}]{escape(v)}[/]" if style else escape(v)
         t.add_row(*(cells[i] for i in columns))
     return t
 

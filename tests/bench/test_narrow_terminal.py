@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bench.commands import compare as compare_command
 from bench.commands import gate as gate_command
 from bench.commands import show
 from bench.console import COLUMN_OVERHEAD, fit_columns
@@ -75,6 +76,15 @@ def test_gate_reads_at_80_columns(tmp_path):
     _readable(lines)
     assert any(line.startswith("gate: pass") for line in lines)
     assert "│ p2p-ckpt-cp2-T64-fwd_bwd " in "\n".join(lines)  # the scenario is said once, in the title
+
+
+def test_compare_reads_at_80_columns(tmp_path):
+    fixture = str(saved_in_rounds(FIXTURES / "ablation.json", tmp_path / "ablation.json"))
+    lines = _at_80(lambda console: compare_command.run(fixture, fixture, console=console))
+    _readable(lines)
+    text = "\n".join(lines)
+    assert "┃ head/base" in text and "┃ verdict" in text and "│ p2p-ckpt-cp2-T64-fwd_bwd " in text
+    assert any(line.startswith("0 better, 0 worse") for line in lines)
 
 
 def test_piped_output_takes_its_width_from_columns():
