@@ -83,7 +83,7 @@ def test_compare_reads_at_80_columns(tmp_path):
     lines = _at_80(lambda console: compare_command.run(fixture, fixture, console=console))
     _readable(lines)
     text = "\n".join(lines)
-    assert "┃ head/base" in text and "┃ verdict" in text and "│ p2p-ckpt-cp2-T64-fwd_bwd " in text
+    assert "head/base ┃" in text and "┃ verdict" in text and "│ p2p-ckpt-cp2-T64-fwd_bwd " in text
     assert any(line.startswith("0 better, 0 worse") for line in lines)
 
 
