@@ -246,6 +246,7 @@ def run_table(
         md_rows.append(row)
     console.print(table)
     assumptions = _assumptions(compute, interconnect, template, threads, results, sorted(notes))
+    assumptions.append(_check_line(check_runs(runs, compute, interconnect)))
     if reasons:
         assumptions.append("not picked where shown '-' or over the memory: " + "; ".join(reasons))
     for line in assumptions:
@@ -262,6 +263,18 @@ def run_table(
         Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
         console.print(f"wrote {markdown}")
     return 0
+
+
+def _check_line(checks: list) -> str:
+    """The model's own error on the measured cp > 1 cases of the results it was fitted to."""
+    if not checks:
+        return "not checked: the results hold no ok case at cp > 1 on this layer"
+    errors = [c.error for c in checks]
+    return (
+        f"checked against the {len(checks)} measured cp > 1 cases of the results (as they ran: threads, "
+        f"shared cores): median absolute error {statistics.median(map(abs, errors)):.0%}, median error "
+        f"{statistics.median(errors):+.0%} (bench model check)"
+    )
 
 
 def _assumptions(
