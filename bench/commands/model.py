@@ -26,7 +26,16 @@ from bench.errors import UserError
 from bench.launch.estimate import human_bytes
 from bench.model.calibrate import calibrate
 from bench.model.links import Interconnect, load_interconnect
-from bench.model.predict import ComputeModel, Prediction, check_runs, fit_compute, measured_s, predict, scaled
+from bench.model.predict import (
+    ComputeModel,
+    Prediction,
+    check_runs,
+    fit_compute,
+    measured_s,
+    pipeline,
+    predict,
+    scaled,
+)
 from bench.results.store import load_result
 from bench.suite.config import Case
 from bench.suite.loader import find_scenario, load_scenario, load_suite
@@ -173,7 +182,7 @@ def _feasible(case: Case) -> str | None:
 
 
 def _unmeasured(compute: ComputeModel, case: Case) -> str | None:
-    if any(k[:3] == (case.mode, case.checkpoint, case.pass_) for k in compute.fits):
+    if any(k[:3] == (pipeline(case.mode), case.checkpoint, case.pass_) for k in compute.fits):
         return None
     return "no cp 1 case measured to fit its compute"
 

@@ -3,12 +3,12 @@
     step = compute + exchange + communication
 
 - compute: the mode's own pipeline on one rank's L = T / cp tokens, from the cp 1 cases of bench results
-  (a straight line t = a + b tokens per mode, summary checkpoint, pass and thread count: scipy's linregress).
-  At cp 1 every mode runs its own pipeline (the sequence-shard modes summarise, ulysses does not), so its
-  fit carries that mode's local work. A layer other than the measured one is scaled by the ratio of model
-  FLOPs per token (GatedDeltaNetConfig.flops); a thread count not measured, by the thread ratio (linear
-  speed-up; both stated in the prediction's notes). Ranks sharing a host's cores (cp x threads > cores)
-  slow by that factor.
+  (a straight line t = a + b tokens per pipeline, summary checkpoint, pass and thread count: scipy's
+  linregress). The sequence-shard modes share one pipeline (`pipeline`: their cp 1 cases are pooled, since
+  they differ only in the exchange); ulysses has its own. A layer other than the measured one is scaled by
+  the ratio of model FLOPs per token (GatedDeltaNetConfig.flops); a thread count not measured, by the
+  thread ratio (linear speed-up; both stated in the prediction's notes). Ranks sharing a host's cores
+  (cp x threads > cores) slow by that factor.
 - exchange: the mode's combining work that grows with cp (CPMode.exchange_flops: all_gather's fold of cp
   summaries, scan's compositions per round) at the measured matmul throughput.
 - communication: the transfers on the rank's critical path (CPMode.critical_path: p2p relays P - 1 states
@@ -37,7 +37,14 @@ from gdn_cp.distributed.modes import CommCase
 from gdn_cp.layers import GatedDeltaNetConfig
 
 FitKey = tuple[str, bool | None, str, int]
-"""(mode, checkpoint, pass, threads per rank)."""
+"""(pipeline, checkpoint, pass, threads per rank)."""
+
+
+def pipeline(mode: str) -> str:
+    """Which local pipeline a mode runs: the modes with a summary share one (they differ only in the
+    exchange, which at cp 1 does nothing), so their cp 1 cases are pooled and a pick between them is never
+    cp 1 noise."""
+    return "sequence-shard" if mode_class(mode).has_summary else mode
 
 
 def measured_s(result: CaseResult) -> float:
@@ -80,7 +87,7 @@ class ComputeModel:
     def seconds(self, case: Case, threads: int) -> tuple[float, list[str]]:
         """(seconds of `case`'s local compute on one rank of `threads` threads, the assumptions it took)."""
         notes: list[str] = []
-        same = [k for k in self.fits if k[:3] == (case.mode, case.checkpoint, case.pass_)]
+        same = [k for k in self.fits if k[:3] == (pipeline(case.mode), case.checkpoint, case.pass_)]
         if not same:
             raise ValueError(
                 f"no cp 1 measurement of {case.mode} (checkpoint {case.checkpoint}, {case.pass_}) to fit: "
@@ -111,7 +118,7 @@ def fit_compute(runs: Iterable[RunResult], config: GatedDeltaNetConfig | None = 
                 config = r.case.layer_config()
             if r.case.layer_config() != config or r.case.documents is not None:
                 continue
-            key = (r.case.mode, r.case.checkpoint, r.case.pass_, r.threads_per_rank)
+            key = (pipeline(r.case.mode), r.case.checkpoint, r.case.pass_, r.threads_per_rank)
             points[key].append((r.case.batch * r.case.seq_len, measured_s(r)))
             if r.throughput is not None:
                 gflops.append(r.throughput.matmul_gflops)

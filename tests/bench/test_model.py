@@ -98,8 +98,8 @@ def test_critical_paths_scale_as_each_mode_relays() -> None:
 def _compute(slope_s: float = 1e-6) -> ComputeModel:
     config = _case("p2p", 1, 64).layer_config()
     fits = {
-        (mode, ckpt, "forward_backward", 2): LineFit(0.0, slope_s, 2)
-        for mode, ckpt in (("ulysses", None), ("p2p", True), ("all_gather", True), ("scan", True))
+        (pipe, ckpt, "forward_backward", 2): LineFit(0.0, slope_s, 2)
+        for pipe, ckpt in (("ulysses", None), ("sequence-shard", True))
     }
     return ComputeModel(config, fits, matmul_gflops=100.0, cores=64)
 
@@ -144,7 +144,9 @@ def test_compute_is_scaled_for_threads_shared_cores_and_another_layer() -> None:
 def test_fit_and_check_on_a_frozen_run() -> None:
     run = load_result(SCALING)
     compute = fit_compute([run])
-    assert {k[0] for k in compute.fits} == {"ulysses", "p2p"} and compute.cores == 2
+    assert {k[0] for k in compute.fits} == {"ulysses", "sequence-shard"} and compute.cores == 2
+    # every summary mode reads the pooled fit: p2p's cp 1 cases price scan and all_gather too
+    assert compute.seconds(_case("scan", 2, 64), 1) == compute.seconds(_case("p2p", 2, 64), 1)
     checks = check_runs([run], compute, interconnect_from_dict(LINKS, "t"))
     assert {c.measured.case.cp for c in checks} == {2}
     assert len(checks) == sum(r.status == "ok" and r.case.cp == 2 for r in run.cases)
