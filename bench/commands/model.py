@@ -36,6 +36,7 @@ from bench.model.predict import (
     predict,
     scaled,
 )
+from bench.results.paths import write_new
 from bench.results.store import load_result
 from bench.suite.config import Case
 from bench.suite.loader import find_scenario, load_scenario, load_suite
@@ -94,10 +95,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _new_file(path: Path) -> None:
+    """Refuse, before any work, a file that `_write_new` would not write."""
     if path.exists():
         raise UserError(f"{path} exists: give another --output (nothing is overwritten)")
     if not path.parent.is_dir():
         raise UserError(f"{path.parent} is not a folder: create it or give another --output")
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write a new file (claimed with O_EXCL: a file that appeared meanwhile is not overwritten)."""
+    try:
+        write_new(path, text)
+    except FileExistsError:
+        raise UserError(f"{path} exists: give another --output (nothing is overwritten)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write it ({exc.strerror}); give another path") from None
 
 
 def _links_table(links: Interconnect) -> Table:
@@ -116,7 +128,7 @@ def run_calibrate(cps: Sequence[int], output: Path, console: Console | None = No
         raise UserError(f"--cp {' '.join(map(str, bad))}: collectives need at least 2 ranks, e.g. --cp 2 4")
     _new_file(output)
     links = calibrate(tuple(cps))
-    output.write_text(yaml.safe_dump(links.to_dict(), sort_keys=False), encoding="utf-8")
+    _write_new(output, yaml.safe_dump(links.to_dict(), sort_keys=False))
     console.print(_links_table(links))
     console.print(f"wrote {output}")
     return 0
@@ -159,7 +171,8 @@ def run_check(results: Sequence[str], links: Path, console: Console | None = Non
     return 0
 
 
-def _template(compute: ComputeModel, runs: list, scenario: str | None) -> Case:
+def _template(runs: list, scenario: str | None) -> Case:
+    """The case whose layer the table predicts: the runs' first cp 1 case, or `scenario`'s first."""
     if scenario is None:
         return next(r.case for run in runs for r in run.cases if r.status == "ok" and r.case.cp == 1)
     suite = load_suite()
@@ -215,7 +228,7 @@ def run_table(
     if markdown is not None:
         _new_file(Path(markdown))
     runs, compute, interconnect = _inputs(results, links)
-    template = _template(compute, runs, scenario)
+    template = _template(runs, scenario)
     threads = max(k[3] for k in compute.fits)
     rows, notes = [], set()
     for seq_len in seq_lens:
@@ -269,7 +282,7 @@ def run_table(
         ]
         lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(r) + " |" for r in md_rows]
-        Path(markdown).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        _write_new(Path(markdown), "\n".join(lines) + "\n")
         console.print(f"wrote {markdown}")
     return 0
 

@@ -152,6 +152,19 @@ class Prediction:
         return self.compute_s + self.exchange_s + self.comm_s
 
 
+def _comm_case(case: Case, rank: int) -> CommCase:
+    """What the mode classes read of `case` for one of its ranks."""
+    return CommCase(
+        case.layer_config(),
+        cp=case.cp,
+        rank=rank,
+        seq_len=case.seq_len,
+        batch=case.batch,
+        backward=case.pass_ == "forward_backward",
+        layout=case.layout,
+    )
+
+
 def comm_seconds(case: Case, links: Interconnect) -> float:
     """The slowest rank's critical-path communication of one pass (module docstring)."""
     if case.cp == 1:
@@ -159,17 +172,8 @@ def comm_seconds(case: Case, links: Interconnect) -> float:
     cls = mode_class(case.mode)
     worst = 0.0
     for rank in range(case.cp):
-        comm = CommCase(
-            case.layer_config(),
-            cp=case.cp,
-            rank=rank,
-            seq_len=case.seq_len,
-            batch=case.batch,
-            backward=case.pass_ == "forward_backward",
-            layout=case.layout,
-        )
         total = 0.0
-        for kind, (calls, wire) in cls.critical_path(comm).items():
+        for kind, (calls, wire) in cls.critical_path(_comm_case(case, rank)).items():
             total += links.link(kind).time_s(calls * steps(kind, case.cp), calls * wire)
         worst = max(worst, total)
     return worst
@@ -186,17 +190,7 @@ def predict(
         notes.append(
             f"{ranks_per_host} ranks x {threads} threads share {compute.cores} cores: compute x{share:g}"
         )
-    flops = mode_class(case.mode).exchange_flops(
-        CommCase(
-            case.layer_config(),
-            cp=case.cp,
-            rank=case.cp - 1,
-            seq_len=case.seq_len,
-            batch=case.batch,
-            backward=case.pass_ == "forward_backward",
-            layout=case.layout,
-        )
-    )
+    flops = mode_class(case.mode).exchange_flops(_comm_case(case, case.cp - 1))
     exchange = 0.0
     if flops:
         if compute.matmul_gflops is None:
