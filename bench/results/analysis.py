@@ -104,14 +104,27 @@ class AblationRow:
     """A switch off against on at one point (every other coordinate the same)."""
 
     switch: Switch
-    scenario: str
-    cp: int
-    seq_len: int
-    mode: str
     pass_: str
     """The pass whose time is compared: forward_backward where it ran (the reference PR's), else forward."""
     off: CaseResult
     on: CaseResult
+
+    # The point: the on case's coordinates (the off case's are the same, but for the switch).
+    @property
+    def scenario(self) -> str:
+        return self.on.case.scenario
+
+    @property
+    def cp(self) -> int:
+        return self.on.case.cp
+
+    @property
+    def seq_len(self) -> int:
+        return self.on.case.seq_len
+
+    @property
+    def mode(self) -> str:
+        return self.on.case.mode
 
     @property
     def _interval(self) -> RatioInterval:
@@ -344,28 +357,19 @@ def weak_scaling(
 
 def ablation(run: RunResult, switch: Switch) -> list[AblationRow]:
     """Every point where a mode ran with `switch` both on and off, all else equal, in case order."""
-    rows: dict[tuple, AblationRow] = {}
+    rows: dict[str, AblationRow] = {}
     for c in _ok(run):
         k = c.case
         if k.mode not in switch.modes or getattr(k, switch.field) is not True:
             continue
-        key = (k.scenario, k.cp, k.seq_len, k.mode, dataclasses.replace(k, pass_="forward").key())
+        key = dataclasses.replace(k, pass_="forward").key()  # the point, whichever pass
         if key in rows:
             continue
         for pass_ in ("forward_backward", "forward"):  # the first pass measured both ways
             on = run.get(dataclasses.replace(k, pass_=pass_).key())
             off = run.get(dataclasses.replace(k, pass_=pass_, **{switch.field: False}).key())
             if on is not None and off is not None and on.status == off.status == "ok":
-                rows[key] = AblationRow(
-                    switch=switch,
-                    scenario=k.scenario,
-                    cp=k.cp,
-                    seq_len=k.seq_len,
-                    mode=k.mode,
-                    pass_=pass_,
-                    off=off,
-                    on=on,
-                )
+                rows[key] = AblationRow(switch=switch, pass_=pass_, off=off, on=on)
                 break
     return sorted(
         rows.values(),
