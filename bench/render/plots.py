@@ -559,8 +559,6 @@ def comm_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
 def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.Switch) -> Figure | str:
     """Time cost (%) and memory saved (MiB) of `switch` on against off, per point, mode and source."""
     rows = {s.label: [r for r in analysis.ablation(s.run, switch) if r.scenario == scenario] for s in sources}
-    if switch is analysis.CHECKPOINT:  # its own view; overlap's cases are in the overlap chart
-        rows = {label: [r for r in rs if not r.on.case.overlap] for label, rs in rows.items()}
     if not any(rows.values()):
         return f"no {'/'.join(switch.modes)} case ran with {switch.on_label} both on and off"
     points = sorted({(r.cp, r.seq_len) for rs in rows.values() for r in rs})

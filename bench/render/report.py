@@ -237,8 +237,6 @@ def _ablation_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
         found = False
         for r in runs:
             rows = [a for a in analysis.ablation(r.run, switch) if a.scenario == scenario]
-            if switch is analysis.CHECKPOINT:
-                rows = [a for a in rows if not a.on.case.overlap]
             if rows:
                 found = True
                 name = f"{switch.title}: {scenario}"

@@ -4,9 +4,10 @@ checkpoint, overlap) on vs off. Pure.
 Everything here reads the ok cases of one RunResult, addressed by their coordinates (scenario, mode,
 summary checkpoint, CP degree, global sequence length, pass). Scaling and sequence-length views use one
 *variant* per mode: summary checkpoint on where the run has it (the PR's default), else whatever ran;
-checkpoint on vs off is its own view (`checkpoint_ablation`). A scenario that sweeps layouts or packed
-documents is read in one *input* (`primary_input`): the contiguous layout unpacked where it ran, else its
-first case's; packed against unpacked is a table (bench.results.tables.documents_table), not a chart.
+checkpoint on vs off is its own view (`ablation(run, CHECKPOINT)`, overlap on vs off likewise). A scenario
+that sweeps layouts or packed documents is read in one *input* (`primary_input`): the contiguous layout
+unpacked where it ran, else its first case's; packed against unpacked is a table
+(bench.results.tables.documents_table), not a chart.
 
 - strong scaling: a fixed global sequence shared by more ranks; speedup(cp) = t(cp=1) / t(cp), efficiency
   = speedup / cp. Any global length measured at cp=1 and at least one larger cp qualifies.
@@ -91,10 +92,12 @@ class Switch:
     on_label: str
     modes: tuple[str, ...]
     """The modes it applies to."""
+    apart_from: tuple[str, ...] = ()
+    """Switches whose cases it leaves out (they have an ablation of their own)."""
 
 
 CHECKPOINT = Switch(
-    "checkpoint", "Summary checkpoint on vs off", "graph kept", "checkpoint", CHECKPOINT_MODES
+    "checkpoint", "Summary checkpoint on vs off", "graph kept", "checkpoint", CHECKPOINT_MODES, ("overlap",)
 )
 OVERLAP = Switch("overlap", "Overlap on vs off", "no overlap", "overlap", SUMMARY_MODES)
 
@@ -362,6 +365,8 @@ def ablation(run: RunResult, switch: Switch) -> list[AblationRow]:
         k = c.case
         if k.mode not in switch.modes or getattr(k, switch.field) is not True:
             continue
+        if any(getattr(k, other) for other in switch.apart_from):
+            continue
         key = dataclasses.replace(k, pass_="forward").key()  # the point, whichever pass
         if key in rows:
             continue
@@ -375,8 +380,3 @@ def ablation(run: RunResult, switch: Switch) -> list[AblationRow]:
         rows.values(),
         key=lambda r: (scenario_names(run).index(r.scenario), r.cp, r.seq_len, mode_order(r.mode)),
     )
-
-
-def checkpoint_ablation(run: RunResult) -> list[AblationRow]:
-    """The summary checkpoint on vs off (`ablation` of CHECKPOINT), of the cases without overlap."""
-    return [r for r in ablation(run, CHECKPOINT) if not r.on.case.overlap]

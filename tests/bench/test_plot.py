@@ -69,7 +69,7 @@ def test_the_overlap_ablation_reads_pairs_that_differ_only_in_overlap(tmp_path):
     assert len(rows) == 4 and all(r.on.case == dataclasses.replace(r.off.case, overlap=True) for r in rows)
     assert all(r.time_cost_pct == pytest.approx(10.0) and not r.within_noise for r in rows)
     assert all(r.time_cost_interval_pct is not None for r in rows)
-    assert len(analysis.checkpoint_ablation(run)) == 5  # the overlap twins are not checkpoint rows
+    assert len(analysis.ablation(run, analysis.CHECKPOINT)) == 5  # the overlap twins are not checkpoint rows
     found = analysis.find(run, "tiny-scaling", Variant("p2p", True), 2, 128, "forward")
     assert found is not None and not found.case.overlap
     charts, notes = build_charts(sources_for([run]))
@@ -97,7 +97,7 @@ def test_series_come_from_the_right_cases():
         run.get("tiny-scaling/p2p-ckpt-cp2-T64-fwd").timing.median_s
     )
     assert two.ratio == pytest.approx(expected)
-    rows = analysis.checkpoint_ablation(run)
+    rows = analysis.ablation(run, analysis.CHECKPOINT)
     assert [(r.cp, r.seq_len, r.mode, r.pass_) for r in rows] == [
         (1, 32, "p2p", "forward_backward"),
         (1, 64, "p2p", "forward_backward"),
