@@ -682,8 +682,6 @@ class SplitOutputs:
     """[B, Hk, G, n, K, V]: each segment's leaving state from its fresh state."""
     final_map: torch.Tensor
     """[B, Hk, G, n, K, K]: M of each segment (zero where a segment does not read H_in)."""
-    chunk_segment: torch.Tensor
-    """[N] the segment of each chunk."""
     seq_len: int
     dtype: torch.dtype
     grid: ChunkGrid
@@ -697,7 +695,7 @@ class SplitOutputs:
         initial_state."""
         K = self.q_eff.shape[-1]
         h = _segment_states(entering, self.free, self.grid.num_segments, K)  # [B, Hk, G, n, K, V]
-        o = self.free + self.q_eff @ h.index_select(3, self.chunk_segment)
+        o = self.free + self.q_eff @ h.index_select(3, self.grid.chunk_segments(h.device))
         final = None
         if output_final_state:
             final = _segment_results(self.final_free + self.final_map @ h, self.per_segment)
@@ -736,14 +734,11 @@ def split_chunk_outputs(
     o, final = _ChunkScan.apply(
         chunks.q_decayed, chunks.k_tail_grouped, w, u_ext, chunks.attn_grouped, chunks.decay_grouped, h0, grid
     )
-    offsets = torch.tensor(grid.chunk_offsets, device=u.device)
-    chunk_segment = torch.bucketize(torch.arange(grid.num_chunks, device=u.device), offsets[1:], right=True)
     return SplitOutputs(
         free=o[..., :V],
         q_eff=o[..., V:],
         final_free=final[..., :V],
         final_map=final[..., V:],
-        chunk_segment=chunk_segment,
         seq_len=chunks.seq_len,
         dtype=chunks.dtype,
         grid=grid,

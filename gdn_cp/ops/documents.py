@@ -134,6 +134,11 @@ class ChunkGrid:
     def num_segments(self) -> int:
         return len(self.chunk_offsets) - 1
 
+    def chunk_segments(self, device: torch.device | None = None) -> torch.Tensor:
+        """[N] the segment (document) each chunk belongs to."""
+        counts = torch.tensor([b - a for a, b in pairwise(self.chunk_offsets)], device=device)
+        return torch.arange(self.num_segments, device=device).repeat_interleave(counts)
+
     def segment_starts(self, lo: int, hi: int) -> dict[int, int]:
         """{chunk - lo: segment} for the segments whose first chunk lies in [lo, hi)."""
         return {c - lo: j for j, c in enumerate(self.chunk_offsets[:-1]) if lo <= c < hi}
