@@ -389,6 +389,14 @@ def render_markdown(comparison: Comparison, labels: tuple[str, str]) -> str:
 # ----------------------------------------------------------------------------------------------------------
 
 
+def check_thresholds(factor: float, alpha: float) -> None:
+    """UserError, naming the flag, for a verdict factor or confidence that cannot work (compare, gate)."""
+    if factor <= 1.0:
+        raise UserError(f"--factor {factor}: must be > 1, e.g. --factor 1.10 for 10%")
+    if not 0.0 < alpha < 1.0:
+        raise UserError(f"--alpha {alpha}: must be between 0 and 1, e.g. --alpha 0.05")
+
+
 def run(
     base: str,
     head: str,
@@ -421,10 +429,7 @@ def run(
         runner: runs one case on one side (bench.launch.interleave.run_on_side); a test hook
     """
     console = console or default_console
-    if factor <= 1.0:
-        raise UserError(f"--factor {factor}: must be > 1, e.g. --factor 1.10 for 10%")
-    if not 0.0 < alpha < 1.0:
-        raise UserError(f"--alpha {alpha}: must be between 0 and 1, e.g. --alpha 0.05")
+    check_thresholds(factor, alpha)
     sides = [resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd())]
     if all(isinstance(s, FileSide) for s in sides):
         if scenarios or sets or device:

@@ -228,8 +228,7 @@ def run(
             "give head's accuracy checks with --verify FILE (a result file of `bench verify`, e.g. "
             "`bench verify cpu-verify --output head-verify.json` at head): the gate needs exactness too"
         )
-    if factor <= 1.0 or not 0.0 < alpha < 1.0:
-        raise UserError(f"--factor {factor} --alpha {alpha}: factor must be > 1 and alpha between 0 and 1")
+    compare_command.check_thresholds(factor, alpha)
     case_filter = parse_filters(filters)
     head_records = _records(verify, "--verify", case_filter)
     base_records = _records(base_verify, "--base-verify", case_filter)
