@@ -4,10 +4,11 @@
         for case in cases:
             answer = pool.run(case)         # PoolAnswer: rank 0's value, or a RankFailure
 
-One pool is `world_size` spawned processes (bench.launch.pool_rank) in one process group, bootstrapped from
-a TCPStore this process hosts on 127.0.0.1 (gdn_cp.distributed.launch.loopback_store: nothing listens
-beyond this host). Starting Python, torch and the process group costs seconds per rank; a pool pays it once
-for all the cases it runs, instead of once per case.
+One pool is `world_size` processes (bench.launch.pool_rank, forked from the server of
+gdn_cp.distributed.launch.rank_context) in one process group, bootstrapped from a TCPStore this process
+hosts on 127.0.0.1 (gdn_cp.distributed.launch.loopback_store: nothing listens beyond this host). Starting
+the ranks and the process group still costs something per lifetime; a pool pays it once for all the cases
+it runs, instead of once per case.
 
 Fault isolation: a case whose rank raises, dies (a crash, the out-of-memory killer) or stops answering
 fails alone. Its answer is a RankFailure with the root cause: a rank's own exception or death before
@@ -37,7 +38,7 @@ from typing import Any
 from bench.launch.pool_rank import RankSetup, rank_main
 from bench.launch.stuck import inspect_ranks, stuck_ranks
 from gdn_cp.distributed import RankFailure
-from gdn_cp.distributed.launch import is_peer_error, loopback_store
+from gdn_cp.distributed.launch import is_peer_error, loopback_store, rank_context
 
 GRACE_S = 1.5
 """After the first failure of a case, how long the other ranks' reports are awaited (the root cause may
@@ -142,7 +143,7 @@ class RankPool:
         self._folder = Path(tempfile.mkdtemp(prefix="bench-pool-"))
         self._store = loopback_store(datetime.timedelta(seconds=self.timeout_s))
         prefix = f"pool-{uuid.uuid4().hex}"
-        ctx = multiprocessing.get_context("spawn")
+        ctx = rank_context([rank_main.__module__, self.fn.__module__])
         for rank in range(self.world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
             setup = RankSetup(

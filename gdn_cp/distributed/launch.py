@@ -13,11 +13,12 @@ choose who hosts it and what address the ranks are told), so they are not used.
 from __future__ import annotations
 
 import datetime
+import multiprocessing
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -47,6 +48,25 @@ class RankFailure(RuntimeError):
 LOOPBACK = "127.0.0.1"
 RENDEZVOUS_BACKEND = "gdn-cp-loopback"
 """The name LoopbackRendezvous is registered under (torch's rendezvous handler registry)."""
+
+START_METHOD = "forkserver"
+"""How local ranks start: forked from a server process that imported torch once (rank_context), not spawned
+(a fresh interpreter importing torch again: seconds per rank on a small machine). Each rank is still a
+process of its own, with its own allocator and process group."""
+
+
+def rank_context(preload: Iterable[str] = ()) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context local ranks start from (START_METHOD), its server preloading torch,
+    this module and `preload` (module names: the rank function's).
+
+    The server starts at the first process started from it and then serves every later launch of this
+    program; the preload list only counts until then, so a module not in it is imported by each rank as it
+    unpickles the function (correct, only slower). Ranks see the environment the server started with plus
+    what their launcher sets (LaunchConfig's, RankPool's `env`).
+    """
+    ctx = multiprocessing.get_context(START_METHOD)
+    ctx.set_forkserver_preload(["torch", "torch.distributed", __name__, *preload])
+    return ctx
 
 
 def loopback_store(timeout: datetime.timedelta) -> dist.TCPStore:
@@ -219,8 +239,9 @@ def run_on_ranks(
         run_id=uuid.uuid4().hex,
         max_restarts=0,
         monitor_interval=0.05,
-        start_method="spawn",
+        start_method=START_METHOD,
     )
+    rank_context([fn.__module__])  # the server elastic_launch forks from: preload the rank function's module
     try:
         results = elastic_launch(config, _rank_main)(fn, args, threads, device, timeout_s, dict(env or {}))
     except ChildFailedError as exc:

@@ -36,10 +36,11 @@ def act(payload: tuple[str, int], device: str) -> dict:
     return {"rank": rank, "pid": os.getpid(), "world": dist.get_world_size(), "action": action}
 
 
-def listening(payload: object, device: str) -> dict:
-    """What this rank's parent (the pool's owner) listens on, once every rank is connected."""
+def listening(owner_pid: int, device: str) -> dict:
+    """What the pool's owner (process `owner_pid`: not this rank's parent, the server ranks fork from)
+    listens on, once every rank is connected."""
     dist.barrier()
-    return {"parent": _listening(os.getppid())}
+    return {"parent": _listening(owner_pid)}
 
 
 def _listening(pid: int) -> list[str]:

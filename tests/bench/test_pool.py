@@ -4,6 +4,7 @@ Every wait is bounded (the pool's limits, and pytest's timeout), so a bug fails 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -73,6 +74,6 @@ def test_a_rank_busy_outside_a_collective_is_named_with_where_it_is():
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads listening sockets from /proc (Linux)")
 def test_the_pool_listens_only_on_loopback():
     with RankPool(2, pool_ranks.listening, device="cpu", threads=1, timeout_s=60) as pool:
-        answer = pool.run(None)
+        answer = pool.run(os.getpid())
     addresses = answer.value["parent"]
     assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses

@@ -625,13 +625,13 @@ def _listening(pid: int) -> list[str]:
     return found
 
 
-def listening_addresses() -> dict[str, list[str]]:
-    """Rank 0, once every rank is connected: what the launching process (this rank's parent) and each
-    rank listen on."""
+def listening_addresses(launcher_pid: int) -> dict[str, list[str]]:
+    """Rank 0, once every rank is connected: what the launching process (`launcher_pid`: not this rank's
+    parent, the server ranks fork from) and each rank listen on."""
     import os
 
     dist.barrier()
     mine = _listening(os.getpid())
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
-    return {"launcher": _listening(os.getppid()), "ranks": [a for addresses in every for a in addresses]}
+    return {"launcher": _listening(launcher_pid), "ranks": [a for addresses in every for a in addresses]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cp_ranks
@@ -40,7 +41,7 @@ def test_a_hung_rank_fails_the_others_at_the_collective_timeout() -> None:
 def test_nothing_listens_beyond_this_host() -> None:
     """The launcher's rendezvous store is bound to 127.0.0.1, not every interface (torch's c10d
     rendezvous would listen on 0.0.0.0 / ::), and no rank listens on a wildcard address either."""
-    (seen, _) = run_on_ranks(cp_ranks.listening_addresses, 2)
+    (seen, _) = run_on_ranks(cp_ranks.listening_addresses, 2, (os.getpid(),))
     assert seen["launcher"] and all(a.startswith("127.0.0.1:") for a in seen["launcher"]), seen
     wildcard = ("0.0.0.0:", ":::")
     assert not [a for a in seen["launcher"] + seen["ranks"] if a.startswith(wildcard)], seen
