@@ -1,4 +1,4 @@
-"""Peak allocated memory of one step on this rank, in a separate untimed pass (meters slow the step).
+"""Peak allocated memory of one step on this rank, read on an untimed pass (meters slow the step).
 
 What the number includes: everything live when the step starts (the layer's parameters, this rank's input
 shard and output gradient; on npu/cuda also anything else the allocator holds for this process) plus the

@@ -14,11 +14,12 @@ repeats, outside the timed region. The passes:
 - forward_backward: `layer(x, cu_seqlens=...).backward(grad_output)` with a fixed random grad_output
   shard. Parameter gradients stay partial per rank: their reduction over the CP group (an all-reduce or
   FSDP) is not timed.
-Memory is measured afterwards in one more, untimed pass of the same kind (bench.measure.memory), and last
-each rank's matmul throughput (bench.measure.throughput), the limit its achieved GFLOP/s is set against.
-From building the layer to the last timed pass each rank records its CPU time and the host's CPU time,
-steal and load (bench.measure.contention: whether other processes shared the machine); ranks that fit the
-host's cores are pinned to cores of their own first.
+Memory is measured on the first warmup pass (bench.measure.memory: the meter slows the pass, which is
+untimed anyway; with warmup 0 on one extra pass first), so it costs no pass of its own; then each rank's
+matmul throughput is read (bench.measure.throughput, once per rank process), the limit its achieved
+GFLOP/s is set against. From building the layer to the last timed pass each rank records its CPU time and
+the host's CPU time, steal and load (bench.measure.contention: whether other processes shared the
+machine); ranks that fit the host's cores are pinned to cores of their own first.
 """
 
 from __future__ import annotations
@@ -123,10 +124,15 @@ def build_pass(
 
 
 def time_pass(
-    step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None], case: Case, platform: Platform
+    step: Callable[[], torch.Tensor | None],
+    clear_grads: Callable[[], None],
+    case: Case,
+    platform: Platform,
+    *,
+    warmup: int,
 ) -> list[float]:
-    """Warmup, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
-    for _ in range(case.warmup):
+    """`warmup` untimed passes, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
+    for _ in range(warmup):
         step()
         clear_grads()
     samples = []
@@ -152,12 +158,11 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     # The contention window: building, warmup and the timed passes (long enough for /proc/stat's ticks).
     load_before, ticks_before, cpu_before = load_average(), cpu_ticks(), time.process_time()
     step, clear_grads, live = build_pass(case, platform)
-    samples = time_pass(step, clear_grads, case, platform)
+    memory = measure_peak(step, platform, live)  # the first warmup pass (module docstring)
+    clear_grads()
+    samples = time_pass(step, clear_grads, case, platform, warmup=max(0, case.warmup - 1))
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
-    dist.barrier()
-    memory = measure_peak(step, platform, live)
-    clear_grads()
     dist.barrier()
     calibration = matmul_gflops(
         case.chunk_size,
