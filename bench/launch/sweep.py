@@ -16,7 +16,14 @@ from bench.launch.launcher import Outcome
 from bench.launch.schedule import Slot, round_batches, rounds_wanted
 from bench.measure.timing import summarize
 from bench.results.statistics import estimate
-from bench.results.store import CaseResult, MemoryResult, ResultWriter, RoundResult, ThroughputResult
+from bench.results.store import (
+    CaseResult,
+    MemoryResult,
+    ResultWriter,
+    RoundResult,
+    ThroughputResult,
+    clean_rounds,
+)
 from bench.suite.config import Case
 
 
@@ -28,13 +35,6 @@ class Launcher(Protocol):
     def pool(self, cp: int) -> contextlib.AbstractContextManager[CaseRunner]:
         """One lifetime of ranks for cases of `cp` ranks (bench.launch.launcher)."""
         ...
-
-
-def clean_rounds(rounds: Sequence[RoundResult]) -> list[RoundResult]:
-    """The rounds an estimate uses: the uncontended ones, or all when none is (then the case's contention
-    says so)."""
-    clean = [r for r in rounds if not r.contended]
-    return clean or list(rounds)
 
 
 def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, position: int) -> CaseResult:

@@ -232,7 +232,11 @@ def _lengths_at(sources: Sequence[Source], scenario: str, cp: int) -> list[int]:
 
 
 def _ms(result: CaseResult) -> tuple[float, float, float]:
-    """Median, and the distances down to q25 and up to q75, in ms."""
+    """The estimate, and the distances down and up to its 95% interval across rounds (with one round: the
+    median over repeats and its IQR), in ms."""
+    est = result.estimate
+    if est is not None and est.low_s is not None and est.high_s is not None:
+        return est.median_s * 1e3, (est.median_s - est.low_s) * 1e3, (est.high_s - est.median_s) * 1e3
     t = result.timing
     assert t is not None
     return t.median_s * 1e3, (t.median_s - t.q25_s) * 1e3, (t.q75_s - t.median_s) * 1e3
@@ -263,7 +267,10 @@ def _passes(sources: Sequence[Source], scenario: str) -> list[str]:
     return [p for p in analysis.PASSES if p in present]
 
 
-TIME_NOTE = "time: median over repeats of the rank-max elapsed time; bars: interquartile range"
+TIME_NOTE = (
+    "time: the estimate, geometric mean of the round medians of the rank-max elapsed time; bars: its 95% "
+    "interval across rounds (one round: the median over repeats, bars its IQR)"
+)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -336,13 +343,12 @@ def time_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
 
 
 def _tokens_per_s(result: CaseResult) -> tuple[float, float, float]:
-    """Thousands of global tokens per second at the median, and the distances down to q75's rate and up
-    to q25's."""
-    t = result.timing
-    assert t is not None
-    tokens = result.case.seq_len * result.case.batch / 1e3
-    rate = tokens / t.median_s
-    return rate, rate - tokens / t.q75_s, tokens / t.q25_s - rate
+    """Thousands of global tokens per second at the time `_ms` gives, and the distances down and up to the
+    rates at the ends of its bars."""
+    ms, down, up = _ms(result)
+    tokens = result.case.seq_len * result.case.batch  # per ms: thousands per second
+    rate = tokens / ms
+    return rate, rate - tokens / (ms + up), tokens / (ms - down) - rate
 
 
 def throughput_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
@@ -352,8 +358,8 @@ def throughput_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
         value=_tokens_per_s,
         ylabel="thousand tokens/s (all ranks)",
         title="Throughput vs global sequence length",
-        note="throughput: global tokens (sequence x batch) / the median rank-max time of the pass; bars: "
-        "from the interquartile range; higher is better",
+        note="throughput: global tokens (sequence x batch) / the time of the pass (as the time charts: the "
+        "estimate; bars from its 95% interval across rounds); higher is better",
         log_y=False,
     )
 
@@ -443,7 +449,8 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
         scenario=scenario,
         sources=sources,
         variants=_all_variants(sources, scenario),
-        note="speedup: t(cp=1) / t(cp), medians of the rank-max time; bars: from the interquartile ranges",
+        note="speedup: t(cp=1) / t(cp) of the estimates; bars: its 95% interval across rounds (one round: "
+        "from the interquartile ranges)",
         extra=[ideal],
     )
     return fig

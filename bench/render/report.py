@@ -23,12 +23,14 @@ from bench.results import analysis
 from bench.results.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
 from bench.results.comparison import compare_runs
 from bench.results.gate import accuracy_table, gate, timing_table
+from bench.results.statistics import RatioInterval, format_ratio
 from bench.results.store import RunResult
 from bench.results.tables import (
+    TIME_NOTE,
     TableData,
     documents_table,
     format_mib,
-    format_ms,
+    format_time,
     format_tokens,
     not_measured,
     reference_table_data,
@@ -199,24 +201,24 @@ def _ablation_table(rows: Sequence[AblationRow], title: str) -> Table:
         where = [str(a.cp), format_tokens(a.seq_len)]
         saved = a.memory_saved_mib
         table_rows.append(
-            [*where, a.mode, switch.off_label, format_ms(a.off.timing), format_mib(a.off.memory), "", ""]
+            [*where, a.mode, switch.off_label, format_time(a.off), format_mib(a.off.memory), "", ""]
         )
         table_rows.append(
             [
                 *where,
                 a.mode,
                 switch.on_label,
-                format_ms(a.on.timing),
+                format_time(a.on),
                 format_mib(a.on.memory),
                 _cost(a),
                 "-" if saved is None else f"{-saved:+.1f} MiB",
             ]
         )
     passes = sorted({a.pass_ for a in rows}, key=analysis.PASSES.index)
-    median = " / ".join(f"{PASS_LABELS[p]} median" for p in passes)
+    timed = " / ".join(PASS_LABELS[p] for p in passes)
     return Table(
         title=title,
-        columns=["cp", "global seq", "mode", "implementation", median, "peak allocated", "time", "memory"],
+        columns=["cp", "global seq", "mode", "implementation", timed, "peak allocated", "time", "memory"],
         rows=table_rows,
         align=["right", "right", "left", "left", "right", "right", "right", "right"],
     )
@@ -247,11 +249,22 @@ def _ablation_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
                     text=f"{ABLATION_NOTES[switch.field]} time and memory: {switch.on_label} relative to "
                     f"{switch.off_label} (time +x%: slower, with its 95% interval across rounds where there "
                     "are two or more; within noise: the interval holds 0; memory -y MiB: less peak "
-                    "allocated).",
+                    "allocated). " + TIME_NOTE,
                     small=True,
                 )
             )
     return blocks
+
+
+def _noise(p: ScalingPoint) -> str:
+    return " within noise" if p.within_noise else ""
+
+
+def _percent(interval: RatioInterval) -> str:
+    """`95% [88, 102]`: a weak-scaling efficiency and its interval, in %."""
+    if interval.low is None or interval.high is None:
+        return f"{100 * interval.ratio:.0f}%"
+    return f"{100 * interval.ratio:.0f}% [{100 * interval.low:.0f}, {100 * interval.high:.0f}]"
 
 
 def _scaling_table(
@@ -264,7 +277,7 @@ def _scaling_table(
     table_rows = []
     for length, label, points in rows:
         by_cp = {p.cp: p for p in points}
-        base = format_ms(points[0].base.timing)
+        base = format_time(points[0].base)
         table_rows.append(
             [format_tokens(length), label, base]
             + [cell(by_cp[cp]) if cp in by_cp else "-" for cp in degrees if cp != 1]
@@ -294,11 +307,11 @@ def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
                 blocks.append(
                     _scaling_table(
                         f"{prefix}{name}, {PASS_LABELS[pass_]}: strong scaling, speedup t(cp=1)/t(cp) "
-                        "(efficiency = speedup / cp)",
+                        "[95% interval] (efficiency = speedup / cp)",
                         "global seq",
                         strong,
                         degrees,
-                        lambda p: f"{p.ratio:.2f}x ({100 * p.ratio / p.cp:.0f}%)",
+                        lambda p: f"{format_ratio(p.interval)} ({100 * p.ratio / p.cp:.0f}%)" + _noise(p),
                     )
                 )
             weak = [
@@ -310,20 +323,21 @@ def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
             if weak:
                 blocks.append(
                     _scaling_table(
-                        f"{prefix}{name}, {PASS_LABELS[pass_]}: weak scaling, efficiency t(cp=1)/t(cp) at "
-                        "a fixed length per rank",
+                        f"{prefix}{name}, {PASS_LABELS[pass_]}: weak scaling, efficiency t(cp=1)/t(cp) "
+                        "[95% interval] at a fixed length per rank",
                         "per rank",
                         weak,
                         degrees,
-                        lambda p: f"{100 * p.ratio:.0f}% ({format_ms(p.result.timing)})",
+                        lambda p: _percent(p.interval) + _noise(p),
                     )
                 )
     if blocks:
         blocks.append(
             Paragraph(
                 text="Ideal: strong scaling speedup = cp (efficiency 100%); weak scaling efficiency 100% (as "
-                "many tokens per rank, as much time). p2p and all_gather with summary checkpoint on where it "
-                "ran.",
+                "many tokens per rank, as much time). Ratios of the cases' estimates, with the 95% interval "
+                "across rounds; within noise: the interval holds 1 (this run cannot tell t(cp) from "
+                "t(cp=1)). Summary modes with summary checkpoint on where it ran. " + TIME_NOTE,
                 small=True,
             )
         )

@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.results.comparison import clean_medians
 from bench.results.statistics import RatioInterval, ratio_interval
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import PASS_TAGS, Case
@@ -69,16 +68,32 @@ class ScalingPoint:
     """The same variant and pass at cp=1."""
 
     @property
+    def interval(self) -> RatioInterval:
+        """t(cp=1) / t(cp) of the two estimates, with its 95% interval across rounds (low and high None
+        with fewer than two rounds a side; bench.results.statistics)."""
+        return ratio_interval(self.result.estimate_medians, self.base.estimate_medians)
+
+    @property
     def ratio(self) -> float:
         """t(cp=1) / t(cp): strong-scaling speedup, or weak-scaling efficiency."""
-        return _median(self.base) / _median(self.result)
+        return self.interval.ratio
 
     @property
     def ratio_range(self) -> tuple[float, float]:
-        """The ratio's spread from the IQRs of both times: (q25 at cp=1 / q75 at cp, q75 / q25)."""
+        """The ratio's spread: its interval where there are rounds enough, else from the IQRs of both times
+        (q25 at cp=1 / q75 at cp, q75 / q25)."""
+        i = self.interval
+        if i.low is not None and i.high is not None:
+            return i.low, i.high
         b, r = self.base.timing, self.result.timing
         assert b is not None and r is not None
         return b.q25_s / r.q75_s, b.q75_s / r.q25_s
+
+    @property
+    def within_noise(self) -> bool:
+        """The interval holds 1: this run cannot tell t(cp) from t(cp=1) (False without an interval)."""
+        i = self.interval
+        return i.low is not None and i.high is not None and i.low <= 1.0 <= i.high
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +146,8 @@ class AblationRow:
 
     @property
     def _interval(self) -> RatioInterval:
-        """on / off from the round medians of the clean rounds (bench.results.statistics)."""
-        return ratio_interval(clean_medians(self.off)[0], clean_medians(self.on)[0])
+        """on / off of the two estimates' round medians (bench.results.statistics)."""
+        return ratio_interval(self.off.estimate_medians, self.on.estimate_medians)
 
     @property
     def time_cost_pct(self) -> float:
@@ -204,11 +219,6 @@ def threads_by_cp(run: RunResult, scenario: str | None = None) -> str:
         over = cp * max(threads) > e.cpu_count and e.launcher == "local"
         parts.append(f"cp{cp}: {'/'.join(map(str, sorted(threads)))}" + (" (oversubscribed)" if over else ""))
     return ", ".join(parts)
-
-
-def _median(result: CaseResult) -> float:
-    assert result.timing is not None, f"{result.key} has no timing"
-    return result.timing.median_s
 
 
 def input_of(case: Case) -> tuple[str, str]:

@@ -163,3 +163,10 @@ def format_estimate(est: Estimate | None) -> str:
     if est.low_s is None or est.high_s is None:
         return f"{est.median_s * 1e3:.3f} ms [{est.rounds} round]"
     return f"{est.median_s * 1e3:.3f} ms [{est.low_s * 1e3:.3f}, {est.high_s * 1e3:.3f}]"
+
+
+def format_ratio(interval: RatioInterval) -> str:
+    """`1.03x [0.98, 1.09]`: the ratio and its 95% interval; `1.03x` without one."""
+    if interval.low is None or interval.high is None:
+        return f"{interval.ratio:.2f}x"
+    return f"{interval.ratio:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"

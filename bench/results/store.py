@@ -31,6 +31,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -146,6 +147,13 @@ class RoundResult:
         )
 
 
+def clean_rounds(rounds: Sequence[RoundResult]) -> list[RoundResult]:
+    """The rounds an estimate uses: the uncontended ones, or all when none is (then the case's contention
+    says so)."""
+    clean = [r for r in rounds if not r.contended]
+    return clean or list(rounds)
+
+
 @dataclass(kw_only=True, slots=True)
 class CaseResult:
     """The outcome of one case, over its rounds."""
@@ -178,6 +186,11 @@ class CaseResult:
     @property
     def key(self) -> str:
         return self.case.key()
+
+    @property
+    def estimate_medians(self) -> list[float]:
+        """The round medians its estimate is made of, in seconds: those of `clean_rounds`."""
+        return [r.median_s for r in clean_rounds(self.rounds)]
 
     @property
     def samples_s(self) -> list[list[float]] | None:

@@ -1,7 +1,8 @@
 """A run's results arranged like the reference PR's tables (section 3), independent of how they print.
 
 One table per scenario and CP degree; one row per (global sequence length, mode, summary checkpoint, layout,
-documents) with the forward median, the forward+backward median and the peak allocated memory. Peak
+documents) with the forward time, the forward+backward time (each case's estimate with its 95% interval
+across rounds, `format_time`) and the peak allocated memory. Peak
 allocated is that of the forward+backward pass (training), or of the forward pass where only forward ran.
 A table whose rows mix layouts or documents gets a column for each. `documents_table` sets every packed
 case against the same case unpacked (the cost of packing).
@@ -20,6 +21,7 @@ from bench.console import ColumnGroup, fit_columns
 from bench.errors import first_line
 from bench.measure.timing import TimingSummary
 from bench.results.analysis import describe_layer
+from bench.results.statistics import format_ratio, ratio_interval
 from bench.results.store import CaseResult, MemoryResult, RunResult
 from bench.suite.config import PASS_TAGS, Case
 from bench.suite.documents import documents_tag
@@ -40,8 +42,8 @@ class ReferenceRow:
     layout: str = DEFAULT_LAYOUT
     documents: str = "none"
     """The documents' tag (`none`: unpacked)."""
-    forward: TimingSummary | None = None
-    forward_backward: TimingSummary | None = None
+    forward: CaseResult | None = None
+    forward_backward: CaseResult | None = None
     memory: MemoryResult | None = None
     """Of forward_backward when it ran, else of forward."""
     memory_pass: str | None = None
@@ -87,9 +89,9 @@ def reference_tables(run: RunResult) -> list[ReferenceTable]:
             table.rows.append(rows[key])
         row = rows[key]
         if c.pass_ == "forward":
-            row.forward = result.timing
+            row.forward = result
         else:
-            row.forward_backward = result.timing
+            row.forward_backward = result
         if row.memory_pass != "forward_backward":
             row.memory, row.memory_pass = result.memory, c.pass_
     order = list(dict.fromkeys(c.case.scenario for c in run.cases))
@@ -109,6 +111,25 @@ def format_ms(summary: TimingSummary | None) -> str:
     if summary is None:
         return "-"
     return f"{summary.median_s * 1e3:.3f} ms" + (" *" if summary.noisy else "")
+
+
+TIME_NOTE = (
+    "times: the estimate (geometric mean of the round medians) +- the half-width of its 95% interval across "
+    "rounds; one round: the median over repeats, * when noisy"
+)
+"""What `format_time`'s cells mean, printed under the tables that use it."""
+
+
+def format_time(result: CaseResult | None) -> str:
+    """A case's time as the tables show it: its estimate with the half-width of its 95% interval across
+    rounds, `12.345 ms ±4.1%`; with one round the median over repeats (`format_ms`); `-` when not measured."""
+    if result is None:
+        return "-"
+    est = result.estimate
+    width = None if est is None else est.relative_half_width
+    if est is None or width is None:
+        return format_ms(result.timing)
+    return f"{est.median_s * 1e3:.3f} ms ±{100 * width:.1f}%"
 
 
 def format_mib(memory: MemoryResult | None) -> str:
@@ -238,10 +259,10 @@ def throughput_table(run: RunResult) -> TableData | None:
 
 def reference_table_data(table: ReferenceTable, run: RunResult) -> TableData:
     """One reference table as cells (what `bench show` prints and `bench report` renders): global seq | mode
-    | [summary ckpt] | [layout] | [documents] | forward median | forward+backward median | peak allocated."""
+    | [summary ckpt] | [layout] | [documents] | forward | forward+backward | peak allocated."""
     headers = ["global seq", "mode"] + (["summary ckpt"] if table.shows_checkpoint else [])
     headers += (["layout"] if table.shows_layout else []) + (["documents"] if table.shows_documents else [])
-    headers += ["forward median", "forward+backward median", "peak allocated"]
+    headers += ["forward", "forward+backward", "peak allocated"]
     rows = []
     for row in table.rows:
         cells = [format_tokens(row.seq_len), row.mode]
@@ -252,11 +273,15 @@ def reference_table_data(table: ReferenceTable, run: RunResult) -> TableData:
         if table.shows_documents:
             cells.append(row.documents)
         peak = format_mib(row.memory) + (" (fwd)" if row.memory_pass == "forward" else "")
-        rows.append([*cells, format_ms(row.forward), format_ms(row.forward_backward), peak])
+        rows.append([*cells, format_time(row.forward), format_time(row.forward_backward), peak])
     dims = describe_layer(run.scenarios.get(table.scenario, {}))
     numeric = {0} | set(range(len(headers) - 3, len(headers)))
     return TableData(
-        title=f"{table.scenario}: CP{table.cp} ({dims})", headers=headers, rows=rows, numeric=numeric
+        title=f"{table.scenario}: CP{table.cp} ({dims})",
+        headers=headers,
+        rows=rows,
+        numeric=numeric,
+        notes=[TIME_NOTE],
     )
 
 
@@ -267,8 +292,9 @@ def _unpacked_key(case: Case) -> tuple:
 
 def documents_table(run: RunResult) -> TableData | None:
     """Every ok packed case beside the same case unpacked (scenario, mode, checkpoint, cp, tokens, layout,
-    pass): both medians and packed / unpacked, the cost of restarting the state and the Conv1D at every
-    document. None when no packed case has an unpacked twin in the run."""
+    pass): both times and packed / unpacked (of the estimates, with its 95% interval across rounds), the
+    cost of restarting the state and the Conv1D at every document. None when no packed case has an unpacked
+    twin in the run."""
     ok = [r for r in run.cases if r.status == "ok" and r.timing is not None]
     unpacked = {_unpacked_key(r.case): r for r in ok if r.case.documents is None}
     rows = []
@@ -286,9 +312,9 @@ def documents_table(run: RunResult) -> TableData | None:
                 c.layout,
                 documents_tag(c.documents),
                 PASS_TAGS[c.pass_],
-                format_ms(twin.timing),
-                format_ms(r.timing),
-                f"{r.timing.median_s / twin.timing.median_s:.2f}x",
+                format_time(twin),
+                format_time(r),
+                format_ratio(ratio_interval(twin.estimate_medians, r.estimate_medians)),
             ]
         )
     if not rows:
@@ -297,9 +323,13 @@ def documents_table(run: RunResult) -> TableData | None:
         title="packed documents vs the same tokens unpacked",
         headers=[
             *("scenario", "cp", "mode", "layout", "documents", "pass"),
-            *("unpacked median", "packed median", "packed/unpacked"),
+            *("unpacked", "packed", "packed/unpacked"),
         ],
         rows=rows,
         numeric={1, 6, 7, 8},
-        notes=["packed/unpacked: the packed case's median over the unpacked one's (1.00x: packing is free)"],
+        notes=[
+            TIME_NOTE,
+            "packed/unpacked: the packed case's estimate over the unpacked one's, [its 95% interval] (1.00x: "
+            "packing is free)",
+        ],
     )

@@ -19,10 +19,20 @@ PACKED = Documents(count=4, lengths="lognormal")
 
 
 def _variant(result: CaseResult, factor: float, **case) -> CaseResult:
-    """`result` as another case (layout, documents), its times scaled by `factor`."""
-    assert result.timing is not None
-    timing = dataclasses.replace(result.timing, median_s=result.timing.median_s * factor)
-    return dataclasses.replace(result, case=dataclasses.replace(result.case, **case), timing=timing)
+    """`result` as another case (layout, documents), its times (rounds, estimate, summary) scaled by
+    `factor`."""
+    assert result.timing is not None and result.estimate is not None
+    rounds = [
+        dataclasses.replace(r, samples_s=[[x * factor for x in rank] for rank in r.samples_s])
+        for r in result.rounds
+    ]
+    return dataclasses.replace(
+        result,
+        case=dataclasses.replace(result.case, **case),
+        rounds=rounds,
+        estimate=dataclasses.replace(result.estimate, median_s=result.estimate.median_s * factor),
+        timing=dataclasses.replace(result.timing, median_s=result.timing.median_s * factor),
+    )
 
 
 def packed_run() -> RunResult:

@@ -29,8 +29,9 @@ from bench.render.document import (
 from bench.render.plots import BUILDERS
 from bench.results import analysis
 from bench.results.analysis import Variant
+from bench.results.statistics import estimate, format_ratio
 from bench.results.store import load_result
-from bench.results.tables import format_mib, format_ms
+from bench.results.tables import format_mib, format_ms, format_time
 from tests.bench.multiround import in_rounds
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -52,13 +53,11 @@ def test_markdown_has_the_seed_shaped_tables(markdown):
     for heading in [*headings, "### Scaling efficiency", "### Charts", "## Environment"]:
         assert f"\n{heading}\n" in text
     assert "**tiny-scaling: CP2 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)**" in text
-    header = (
-        "| global seq | mode | summary ckpt | forward median | forward+backward median | peak allocated |"
-    )
+    header = "| global seq | mode | summary ckpt | forward | forward+backward | peak allocated |"
     assert text.count(header) == 2  # CP1 and CP2
     fwd = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd")
     fwd_bwd = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd_bwd")
-    cells = ["128", "p2p", "on", format_ms(fwd.timing), format_ms(fwd_bwd.timing), format_mib(fwd_bwd.memory)]
+    cells = ["128", "p2p", "on", format_time(fwd), format_time(fwd_bwd), format_mib(fwd_bwd.memory)]
     assert "| " + " | ".join(markdown_text(c) for c in cells) + " |" in text
 
 
@@ -69,14 +68,12 @@ def test_markdown_ablation_rows_carry_the_deltas(markdown):
     on = run.get("tiny-scaling/p2p-ckpt-cp2-T128-fwd_bwd")
     cost = 100 * (on.timing.median_s / off.timing.median_s - 1)
     delta = on.memory.peak_mib - off.memory.peak_mib
-    columns = (
-        "cp | global seq | mode | implementation | forward+backward median | peak allocated | time | memory"
-    )
+    columns = "cp | global seq | mode | implementation | forward+backward | peak allocated | time | memory"
     assert f"| {columns} |" in text
-    off_ms = markdown_text(format_ms(off.timing))
+    off_ms = markdown_text(format_time(off))
     assert f"| 2 | 128 | p2p | graph kept | {off_ms} | {format_mib(off.memory)} |  |  |" in text
     checkpoint_row = (
-        f"| 2 | 128 | p2p | checkpoint | {markdown_text(format_ms(on.timing))} | {format_mib(on.memory)} "
+        f"| 2 | 128 | p2p | checkpoint | {markdown_text(format_time(on))} | {format_mib(on.memory)} "
         f"| {cost:+.1f}% | {delta:+.1f} MiB |"
     )
     assert checkpoint_row in text
@@ -86,7 +83,8 @@ def test_markdown_scaling_efficiency(markdown):
     _, text = markdown
     run = load_result(FIXTURES / "scaling.json")
     title = (
-        "tiny-scaling, forward+backward: strong scaling, speedup t(cp=1)/t(cp) (efficiency = speedup / cp)"
+        "tiny-scaling, forward+backward: strong scaling, speedup t(cp=1)/t(cp) [95% interval] (efficiency = "
+        "speedup / cp)"
     )
     assert f"**{title}**" in text
     (_, two) = analysis.strong_scaling(
@@ -94,7 +92,7 @@ def test_markdown_scaling_efficiency(markdown):
     )
     assert f"| {two.ratio:.2f}x ({100 * two.ratio / 2:.0f}%) |" in text
     (_, weak) = analysis.weak_scaling(run, "tiny-scaling", Variant("p2p", True), "forward", local_seq_len=32)
-    assert f"| {100 * weak.ratio:.0f}% (" in text
+    assert f"| {100 * weak.ratio:.0f}% |" in text  # one round a side: no interval
     assert "| per rank | mode | t(cp=1) | CP2 |" in text
 
 
@@ -260,3 +258,41 @@ def test_base_vs_head_sets_verdicts_beside_the_accuracy_checks():
 def test_no_base_vs_head_without_shared_cases():
     _, sections = _built([FIXTURES / "scaling.json", FIXTURES / "ablation.json"])
     assert "Base vs head" not in _titles(sections)
+
+
+def _timed(result, factors: list[float]):
+    """`result` measured in one round per factor, each its times scaled by that factor (estimate redone)."""
+    first = result.rounds[0]
+    rounds = [
+        dataclasses.replace(first, samples_s=[[x * f for x in rank] for rank in first.samples_s])
+        for f in factors
+    ]
+    return dataclasses.replace(result, rounds=rounds, estimate=estimate([r.median_s for r in rounds]))
+
+
+def test_scaling_points_and_times_carry_their_interval_across_rounds():
+    """A cp 2 case at half the cp 1 time, steady over rounds: speedup 2.00x with a tight interval, not
+    within noise; the same case at the cp 1 time give or take 25% a round: within noise. Times print as the
+    estimate +- its interval's half-width."""
+    run = load_result(FIXTURES / "scaling.json")
+    base = _timed(run.get("tiny-scaling/ulysses-cp1-T128-fwd_bwd"), [1.0, 1.001, 0.999])
+    steady = _timed(base, [0.5, 0.5005, 0.4995])
+    point = analysis.ScalingPoint(cp=2, seq_len=128, result=steady, base=base)
+    assert point.ratio == pytest.approx(2.0, rel=1e-3)
+    assert point.interval.low < 2.0 < point.interval.high and point.interval.high / point.interval.low < 1.01
+    assert not point.within_noise and point.ratio_range == (point.interval.low, point.interval.high)
+    noisy = analysis.ScalingPoint(cp=2, seq_len=128, result=_timed(base, [0.8, 1.0, 1.25]), base=base)
+    assert noisy.within_noise and noisy.interval.low < 1.0 < noisy.interval.high
+    one_round = analysis.ScalingPoint(
+        cp=2,
+        seq_len=128,
+        result=run.get("tiny-scaling/ulysses-cp2-T128-fwd_bwd"),
+        base=run.get("tiny-scaling/ulysses-cp1-T128-fwd_bwd"),
+    )
+    assert one_round.interval.low is None and not one_round.within_noise
+    width = steady.estimate.relative_half_width
+    assert format_time(steady) == f"{steady.estimate.median_s * 1e3:.3f} ms ±{100 * width:.1f}%"
+    assert format_time(run.get("tiny-scaling/ulysses-cp1-T128-fwd_bwd")) == format_ms(
+        run.get("tiny-scaling/ulysses-cp1-T128-fwd_bwd").timing
+    )  # one round: the median over repeats
+    assert format_ratio(point.interval).startswith("2.00x [")

@@ -9,7 +9,7 @@ from rich.console import Console
 from bench.cli import main
 from bench.commands import show
 from bench.results.store import load_result, save_result
-from bench.results.tables import format_ms, format_tokens, not_measured, reference_tables
+from bench.results.tables import format_time, format_tokens, not_measured, reference_tables
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -43,19 +43,12 @@ def test_seed_tables_group_by_cp_and_merge_passes():
 def test_show_prints_seed_shaped_tables_and_failures():
     text = rendered("ablation.json")
     assert "tiny-ablation: CP1 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)" in text
-    header = next(line for line in text.splitlines() if "forward median" in line)
-    for column in (
-        "global seq",
-        "mode",
-        "summary ckpt",
-        "forward median",
-        "forward+backward median",
-        "peak allocated",
-    ):
+    header = next(line for line in text.splitlines() if "forward+backward" in line)
+    for column in ("global seq", "mode", "summary ckpt", "forward", "forward+backward", "peak allocated"):
         assert column in header
     run = load_result(FIXTURES / "ablation.json")
-    ulysses_fwd = run.get("tiny-ablation/ulysses-cp1-T64-fwd").timing
-    assert format_ms(ulysses_fwd) in text  # the stored median, as the table spells it
+    ulysses_fwd = run.get("tiny-ablation/ulysses-cp1-T64-fwd")
+    assert format_time(ulysses_fwd) in text  # the stored time, as the table spells it
     assert "meter cpu-profiler" in text
     assert "tiny-ablation/p2p-nockpt-cp2-T64-fwd" in text
     assert "MemoryError: injected: out of memory on rank" in text
@@ -70,7 +63,7 @@ def test_show_lists_skipped_cases_with_the_reason():
 
 def test_show_through_the_cli(capsys):
     assert main(["show", str(FIXTURES / "ablation.json")]) == 0
-    assert "forward+backward median" in capsys.readouterr().out
+    assert "forward+backward" in capsys.readouterr().out
 
 
 def test_format_tokens():
@@ -98,10 +91,7 @@ def test_show_markdown_renders_the_same_tables(capsys):
     text = capsys.readouterr().out
     assert text.startswith("# tiny-ablation  ")
     assert "**tiny-ablation: CP1 (hidden 32, K/V heads 2/4, head dims 8/8, fp32, batch 1)**" in text
-    assert (
-        "| global seq | mode | summary ckpt | forward median | forward+backward median | peak allocated |"
-        in text
-    )
+    assert "| global seq | mode | summary ckpt | forward | forward+backward | peak allocated |" in text
     assert "**not measured**" in text and "| tiny-ablation/p2p-nockpt-cp2-T64-fwd | failed |" in text
     assert "meter cpu-profiler" in text and "[" not in text.split("\n", 1)[0]  # no rich markup
 
