@@ -70,7 +70,11 @@ class ScalingPoint:
     @property
     def interval(self) -> RatioInterval:
         """t(cp=1) / t(cp) of the two estimates, with its 95% interval across rounds (low and high None
-        with fewer than two rounds a side; bench.results.statistics)."""
+        with fewer than two rounds a side; bench.results.statistics). Exactly 1 at cp=1, where both are
+        the same case."""
+        if self.result is self.base:
+            rounds = len(self.base.estimate_medians)
+            return RatioInterval(1.0, 1.0, 1.0, 1.0, (rounds, rounds))
         return ratio_interval(self.result.estimate_medians, self.base.estimate_medians)
 
     @property

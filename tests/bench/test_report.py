@@ -296,3 +296,5 @@ def test_scaling_points_and_times_carry_their_interval_across_rounds():
         run.get("tiny-scaling/ulysses-cp1-T128-fwd_bwd").timing
     )  # one round: the median over repeats
     assert format_ratio(point.interval).startswith("2.00x [")
+    itself = analysis.ScalingPoint(cp=1, seq_len=128, result=base, base=base)  # the cp=1 point: exact
+    assert (itself.interval.low, itself.interval.ratio, itself.interval.high) == (1.0, 1.0, 1.0)
