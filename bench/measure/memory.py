@@ -25,10 +25,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
+import torch._inductor.config  # see below
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 from gdn_cp.distributed import Platform
+
+# torch.profiler's first start checks hasattr(torch, "_inductor"), which imports it (about 1 s, hundreds of
+# modules). Imported with this module instead, that second is paid once by the server pool ranks fork from
+# (gdn_cp.distributed.launch.rank_context preloads the rank function's modules), not by every rank.
 
 
 @dataclass(kw_only=True, slots=True)

@@ -42,9 +42,10 @@ MasterWeights = Literal["fp32", "model"]
 PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd"}
 """How a pass is spelled in case ids."""
 
-DEFAULT_ROUNDS = 3
-"""Rounds per case unless bench.yaml or the scenario says otherwise: the fewest that give an interval with
-some power (t_{0.975, 2} = 4.3; two rounds: 12.7)."""
+DEFAULT_ROUNDS = 5
+"""Rounds per case unless bench.yaml or the scenario says otherwise. Three are the fewest that give an
+interval with some power (t_{0.975, 2} = 4.3; two rounds: 12.7); five (t_{0.975, 4} = 2.8, over sqrt(5))
+narrow it about 2.5x, and rounds are cheap: a pool starts in tens of milliseconds."""
 
 MODEL_KEYS: tuple[str, ...] = (
     "hidden_size",
@@ -67,9 +68,9 @@ class SuiteConfig:
 
     device: Device = "auto"
     """Where ranks run: auto (npu, then cuda, then cpu), cpu (gloo), cuda (nccl), npu (hccl)."""
-    warmup: int = 3
-    """Untimed passes before timing, per case."""
-    repeat: int = 10
+    warmup: int = 2
+    """Untimed passes before timing, per case and round (the first also reads the peak memory)."""
+    repeat: int = 5
     """Timed passes per case and round; a round's time is the median over repeats of the rank-max."""
     rounds: int = DEFAULT_ROUNDS
     """Rounds per case: each round is a separate lifetime of the ranks (a pool), every case once per round,
