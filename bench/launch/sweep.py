@@ -14,6 +14,7 @@ from typing import Protocol
 
 from bench.launch.launcher import Outcome
 from bench.launch.schedule import Slot, round_batches, rounds_wanted
+from bench.measure.contention import Contention, Window, probe, with_earlier
 from bench.measure.timing import summarize
 from bench.results.statistics import estimate
 from bench.results.store import (
@@ -79,6 +80,22 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
     )
 
 
+RECENT = 64
+"""Windows kept for `with_earlier` (far more than a short case needs)."""
+
+
+def _judge_with_earlier(outcome: Outcome, recent: list[Window]) -> None:
+    """Judge the outcome's contention with the windows before it where its own is too short; its own
+    window joins `recent`."""
+    found = getattr(outcome.results, "contention", None)
+    if not isinstance(found, Contention):
+        return
+    outcome.results.contention = with_earlier(found, recent)
+    if found.window is not None:
+        recent.append(found.window)
+        del recent[:-RECENT]
+
+
 def run_rounds(
     cases: Sequence[Case],
     launcher: Launcher,
@@ -93,6 +110,9 @@ def run_rounds(
     """Run every case's missing rounds (module docstring); write each result (when `writer` is given)
     after every round of it. `previous`: results to continue (a resumed file's ok cases). Returns the
     results of `cases`, in their order."""
+    # Windows of the case-rounds run so far, the idle moment before the first: a case too short for the
+    # ticks is judged with those just before it (bench.measure.contention.with_earlier).
+    recent: list[Window] = [w] if (w := probe()) is not None else []
     keys = {c.key() for c in cases}
     latest: dict[str, CaseResult] = {p.key: p for p in previous if p.status == "ok" and p.key in keys}
     done = {key: len(r.rounds) for key, r in latest.items()}
@@ -105,7 +125,9 @@ def run_rounds(
                 for slot in batch.slots:
                     on_start(slot)
                     key = slot.case.key()
-                    result = with_round(latest.get(key), slot.case, runner.run(slot.case), slot.position)
+                    outcome = runner.run(slot.case)
+                    _judge_with_earlier(outcome, recent)
+                    result = with_round(latest.get(key), slot.case, outcome, slot.position)
                     latest[key] = result
                     if result.status == "ok":
                         done[key] = len(result.rounds)

@@ -15,16 +15,22 @@ schedstats report zeros there (this project's CPU machines do).
 
 A case is contended when other processes took more than FOREIGN_CEILING of the CPUs (the ranks had under
 ~80% of the machine) or the steal is over STEAL_CEILING; `bench compare` keeps contended cases out of its
-verdicts. None where /proc/stat is missing or the window is shorter than MIN_WINDOW_S.
+verdicts. A window shorter than MIN_WINDOW_S is too short for the ticks on its own: a sweep judges such a
+case over its window plus those of the case-rounds just before it (`with_earlier`; the first case of a run
+has the idle `probe` before it), so that no short case passes for clean while another process burns the
+cores. None where /proc/stat is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MIN_WINDOW_S = 0.5
 """Shorter windows get no foreign share: /proc/stat counts in 10 ms ticks per CPU, a +-2% error at 0.5 s."""
@@ -57,6 +63,55 @@ def cpu_ticks() -> Ticks | None:
     return Ticks(busy=(f[0] + f[1] + f[2] + f[5] + f[6]) / hz, steal=f[7] / hz, total=sum(f[:8]) / hz)
 
 
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One host's CPU seconds over a measuring window: all its CPUs' busy time, the part the case's own
+    ranks used, the hypervisor's steal, and all its CPUs' time (busy, idle and stolen)."""
+
+    busy_s: float
+    own_s: float
+    steal_s: float
+    total_s: float
+
+    def __add__(self, other: Window) -> Window:
+        return Window(
+            busy_s=self.busy_s + other.busy_s,
+            own_s=self.own_s + other.own_s,
+            steal_s=self.steal_s + other.steal_s,
+            total_s=self.total_s + other.total_s,
+        )
+
+    @property
+    def long_enough(self) -> bool:
+        """Long enough for /proc/stat's ticks (MIN_WINDOW_S of wall time on every CPU)."""
+        return self.total_s >= MIN_WINDOW_S * (os.cpu_count() or 1)
+
+    @property
+    def foreign(self) -> float:
+        """The share of the host's CPU time that other processes used."""
+        return max(0.0, self.busy_s - self.own_s) / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def steal(self) -> float:
+        return self.steal_s / self.total_s if self.total_s > 0 else 0.0
+
+
+def probe(seconds: float = MIN_WINDOW_S) -> Window | None:
+    """This host's window over `seconds` of this process waiting: what other processes do while nothing of
+    the case runs (the window before a sweep's first case). None without /proc/stat."""
+    before, cpu_before = cpu_ticks(), time.process_time()
+    time.sleep(seconds)
+    after = cpu_ticks()
+    if before is None or after is None:
+        return None
+    return Window(
+        busy_s=after.busy - before.busy,
+        own_s=time.process_time() - cpu_before,
+        steal_s=after.steal - before.steal,
+        total_s=after.total - before.total,
+    )
+
+
 def load_average() -> float | None:
     try:
         return os.getloadavg()[0]
@@ -78,15 +133,26 @@ class Contention:
     """1-minute load average at the start and the end of the window."""
     pinned: bool = False
     """Each rank's threads were pinned to cores of their own."""
+    window: Window | None = None
+    """The worst host's own window (None in files written before it was kept)."""
+    earlier: int = 0
+    """How many windows just before this one foreign and steal are also over (`with_earlier`: 0 when the
+    case's own window was long enough)."""
 
     @property
     def reason(self) -> str | None:
         """Why the case counts as contended, or None."""
+        over = f" (over this case and the {self.earlier} windows before it)" if self.earlier else ""
         if self.foreign is not None and self.foreign > FOREIGN_CEILING:
-            return f"other processes used {self.foreign:.0%} of the CPUs > {FOREIGN_CEILING:.0%}"
+            return f"other processes used {self.foreign:.0%} of the CPUs > {FOREIGN_CEILING:.0%}{over}"
         if self.steal is not None and self.steal > STEAL_CEILING:
-            return f"steal {self.steal:.1%} > {STEAL_CEILING:.0%}"
+            return f"steal {self.steal:.1%} > {STEAL_CEILING:.0%}{over}"
         return None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Contention:
+        window = data.get("window")
+        return cls(**{**data, "window": None if window is None else Window(**window)})
 
     @property
     def contended(self) -> bool:
@@ -108,21 +174,49 @@ def judge(
     readings: Sequence[RankReading], *, load_before: float | None, load_after: float | None, pinned: bool
 ) -> Contention:
     """The Contention of a case from every rank's reading: per host, its busy CPU time less its ranks' own,
-    over its total (the first rank on each host reads the host's /proc/stat); the worst host counts."""
-    foreign = steal = None
+    over its total (the first rank on each host reads the host's /proc/stat); the worst host counts. The
+    shares are None when every host's window is too short (`with_earlier` can still judge it)."""
+    windows = []
     for host in dict.fromkeys(r.host for r in readings):
         mine = [r for r in readings if r.host == host]
         before, after = mine[0].before, mine[0].after
         if before is None or after is None:
             continue
-        total = after.total - before.total
-        if total < MIN_WINDOW_S * (os.cpu_count() or 1):
-            continue
-        others = max(0.0, after.busy - before.busy - sum(r.cpu_s for r in mine)) / total
-        stolen = (after.steal - before.steal) / total
-        foreign = others if foreign is None else max(foreign, others)
-        steal = stolen if steal is None else max(steal, stolen)
-    return Contention(foreign, steal, load_before, load_after, pinned)
+        windows.append(
+            Window(
+                busy_s=after.busy - before.busy,
+                own_s=sum(r.cpu_s for r in mine),
+                steal_s=after.steal - before.steal,
+                total_s=after.total - before.total,
+            )
+        )
+    if not windows:
+        return Contention(None, None, load_before, load_after, pinned)
+    worst = max(windows, key=lambda w: (w.long_enough, w.foreign, w.steal))
+    judged = [w for w in windows if w.long_enough]
+    return Contention(
+        max((w.foreign for w in judged), default=None),
+        max((w.steal for w in judged), default=None),
+        load_before,
+        load_after,
+        pinned,
+        window=worst,
+    )
+
+
+def with_earlier(contention: Contention, earlier: Sequence[Window]) -> Contention:
+    """`contention` judged over its own window plus as many of the windows just before it (the latest
+    first) as make the whole long enough for the ticks: a case too short to be judged alone gets the
+    figures of the moments around it, which another busy process fills as well. Unchanged when its own window
+    is long enough, unknown, or still too short with every earlier one."""
+    window = contention.window
+    if window is None or window.long_enough:
+        return contention
+    for n, previous in enumerate(reversed(earlier), start=1):
+        window = window + previous
+        if window.long_enough:
+            return dataclasses.replace(contention, foreign=window.foreign, steal=window.steal, earlier=n)
+    return contention
 
 
 def pin_threads(rank: int, ranks: int, threads: int) -> bool:

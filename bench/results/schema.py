@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
+from bench.measure.contention import Contention
 from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
@@ -64,6 +65,7 @@ SPECS: dict[type, Spec] = {
         optional=frozenset({"verifications", "command"}),
     ),
     CaseResult: Spec(rename={"case": "params"}, optional=frozenset({"throughput", "contention"})),
+    Contention: Spec(optional=frozenset({"window", "earlier"})),
     Case: Spec(
         extra={
             "case_id": (str, "Stable and readable id, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd` (derived)."),

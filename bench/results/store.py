@@ -140,7 +140,7 @@ class RoundResult:
         contention = data.get("contention")
         return cls(
             samples_s=data["samples_s"],
-            contention=None if contention is None else Contention(**contention),
+            contention=None if contention is None else Contention.from_dict(contention),
             wall_s=data["wall_s"],
             position=data["position"],
             started_at=data["started_at"],
@@ -228,7 +228,7 @@ class CaseResult:
             memory=None if data["memory"] is None else MemoryResult(**data["memory"]),
             threads_per_rank=data["threads_per_rank"],
             throughput=None if data.get("throughput") is None else ThroughputResult(**data["throughput"]),
-            contention=None if data.get("contention") is None else Contention(**data["contention"]),
+            contention=None if data.get("contention") is None else Contention.from_dict(data["contention"]),
             wall_s=data["wall_s"],
             finished_at=data["finished_at"],
         )

@@ -3,11 +3,15 @@ results, the case line and compare."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 from test_compare import case, ok, run_of
 
+from bench.launch import sweep
+from bench.launch.launcher import Outcome
 from bench.measure.contention import (
     FOREIGN_CEILING,
     MIN_WINDOW_S,
@@ -15,9 +19,13 @@ from bench.measure.contention import (
     Contention,
     RankReading,
     Ticks,
+    Window,
     cpu_ticks,
     judge,
+    probe,
+    with_earlier,
 )
+from bench.measure.rank import RankResults
 from bench.results.comparison import compare_runs
 from bench.results.store import CaseResult
 from bench.results.tables import case_line
@@ -71,6 +79,8 @@ def test_a_window_too_short_for_the_ticks_gives_no_figure() -> None:
 def test_this_hosts_proc_stat() -> None:
     ticks = cpu_ticks()  # Linux: cumulative CPU seconds, steal and busy within the total
     assert ticks is None or (0 <= ticks.steal <= ticks.total and 0 <= ticks.busy <= ticks.total)
+    window = probe(0.05)  # this process waits: it uses (almost) none of the window
+    assert window is None or (0 <= window.own_s < 0.05 and window.total_s > 0)
 
 
 def _contended(result: CaseResult, foreign: float) -> CaseResult:
@@ -97,3 +107,70 @@ def test_results_keep_it_and_older_files_load_without_it() -> None:
     older = result.to_dict()
     del older["contention"]
     assert CaseResult.from_dict(older).contention is None
+
+
+def _window(wall: float, foreign: float, own: float = 0.0) -> Window:
+    """A window of `wall` seconds on the CPUS, other processes busy `foreign` of them, the case's own ranks
+    `own` CPU-seconds."""
+    total = CPUS * wall
+    return Window(busy_s=own + foreign * total, own_s=own, steal_s=0.0, total_s=total)
+
+
+def test_a_short_window_is_judged_with_the_windows_before_it() -> None:
+    short = _window(MIN_WINDOW_S / 10, 0.0, own=0.05)
+    alone = judge(
+        [RankReading("a", 0.05, Ticks(0.0, 0.0, 0.0), Ticks(0.05, 0.0, short.total_s))],
+        load_before=None,
+        load_after=None,
+        pinned=False,
+    )
+    assert alone.foreign is None and alone.window == short  # too short for the ticks on its own
+    # another process burnt the cores just before: the case is judged over its window and enough earlier ones
+    busy = [_window(MIN_WINDOW_S / 4, 0.5)] * 8
+    judged = with_earlier(alone, busy)
+    assert judged.earlier == 4 and judged.foreign == pytest.approx(0.5 * 4 / 4.4)
+    assert judged.contended and "over this case and the 4 windows before it" in judged.reason
+    assert not with_earlier(alone, [_window(MIN_WINDOW_S, 0.01)]).contended  # an idle moment before: clean
+    assert with_earlier(alone, [short]) == alone  # still too short: unknown, as before
+    long = dataclasses.replace(alone, window=_window(MIN_WINDOW_S, 0.0), foreign=0.0)
+    assert with_earlier(long, busy) == long  # a window long enough speaks for itself
+    assert Contention.from_dict(dataclasses.asdict(judged)) == judged  # kept in result files
+
+
+def test_a_sweep_of_short_cases_on_a_busy_machine_flags_every_one(monkeypatch) -> None:
+    """Every case-round far shorter than the ticks need, another process taking half the CPUs all along (the
+    idle probe before the first case sees it too): every round is contended; on an idle machine none is."""
+    for foreign, contended in ((0.5, True), (0.0, False)):
+        monkeypatch.setattr(sweep, "probe", lambda f=foreign: _window(MIN_WINDOW_S, f))
+        launcher = _ShortCases(foreign)
+        cases = [dataclasses.replace(case("p2p", n), rounds=2) for n in (64, 128, 256)]
+        results = sweep.run_rounds(cases, launcher, None, seed=0)
+        assert [r.status for r in results] == ["ok"] * 3
+        assert all(rd.contended == contended for r in results for rd in r.rounds)
+        assert all(r.contention.contended == contended for r in results)
+
+
+class _ShortCases:
+    """A launcher whose every case-round lasts 10 ms, with other processes busy `foreign` of the CPUs."""
+
+    def __init__(self, foreign: float) -> None:
+        self.foreign = foreign
+
+    @contextlib.contextmanager
+    def pool(self, cp: int) -> Iterator[_ShortCases]:
+        yield self
+
+    def run(self, c) -> Outcome:
+        window = _window(0.01, self.foreign, own=0.01)
+        shared = Contention(None, None, 0.0, 0.0, True, window=window)
+        results = RankResults(
+            samples_s=[[0.003, 0.003]] * c.cp,
+            peak_bytes=[1 << 20] * c.cp,
+            baseline_bytes=[1 << 19] * c.cp,
+            meter="cpu-profiler",
+            device_name="cpu",
+            threads=1,
+            matmul_gflops=[50.0] * c.cp,
+            contention=shared,
+        )
+        return Outcome(status="ok", results=results, wall_s=0.01)
