@@ -409,6 +409,14 @@ class _ChunkScan(torch.autograd.Function):
 # the fused op: prepare + scan, saving inputs and A only
 
 
+def _block_inputs(tensors: Sequence[torch.Tensor], span: slice) -> list[torch.Tensor]:
+    """The chunks `span` of each [B, Hk, G, N, ...] tensor. Those with a trailing matrix (q, k, v, A, dO)
+    are copied once into a block of their own: a slice along N cannot be flattened into one batch
+    dimension with Hk and G, so every product reading the slice would copy it again (k feeds four). The
+    per-token ones (gamma, beta) enter elementwise only and stay views."""
+    return [t[:, :, :, span].contiguous() if t.dim() == 6 else t[:, :, :, span] for t in tensors]
+
+
 class _ChunkGatedDeltaRule(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, gamma, beta, h_start, grid):
@@ -427,7 +435,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         for lo in range(0, N, FORWARD_BLOCK):
             span = slice(lo, lo + FORWARD_BLOCK)
             segments = _block_segments(grid, lo, lo + FORWARD_BLOCK, h_start, final)
-            block = [t[:, :, :, span] for t in (q, k, v, gamma, beta)]
+            block = _block_inputs((q, k, v, gamma, beta), span)
             decays = _decays(block[3], None if grid.masks is None else grid.masks.block(span))
             inter, A[:, :, :, span] = _prepare_fwd(*block, decays)
             o[:, :, :, span], states, h = _scan_fwd(inter, h, segments)
@@ -452,10 +460,7 @@ class _ChunkGatedDeltaRule(torch.autograd.Function):
         for b in range(block_states.shape[3] - 1, -1, -1):
             lo = b * BACKWARD_BLOCK
             span = slice(lo, lo + BACKWARD_BLOCK)
-            *inputs, A_block, d_o_block = (t[:, :, :, span] for t in (q, k, v, gamma, beta, A, d_o))
-            # dO arrives as a strided view of the caller's [B, T, Hv, V]: one copy of the block, not one per
-            # product that reads it.
-            d_o_block = d_o_block.contiguous()
+            *inputs, A_block, d_o_block = _block_inputs((q, k, v, gamma, beta, A, d_o), span)
             decays = _decays(inputs[3], None if grid.masks is None else grid.masks.block(span))
             inter, _ = _prepare_fwd(*inputs, decays, A=A_block)
             # The recomputed forward needs the segments' initial states; its finals are not kept.
