@@ -103,7 +103,7 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # e.g. Ctrl-C in the middle of writing
 
-    monkeypatch.setattr(json, "dump", crash)
+    monkeypatch.setattr(store, "result_text", crash)  # raised while the temporary file is open
     with pytest.raises(KeyboardInterrupt):
         writer.add(ok_result(1))
     assert path.read_text() == before  # the old file is intact
@@ -224,3 +224,15 @@ def test_a_new_file_never_replaces_an_existing_one(tmp_path: Path):
     assert new_folder(tmp_path / "plots") == tmp_path / "plots"
     assert new_folder(tmp_path / "plots") == tmp_path / "plots-2"
     assert free_path(tmp_path / "plots") == tmp_path / "plots-3" and not (tmp_path / "plots-3").exists()
+
+
+def test_a_result_file_has_a_line_per_case_and_reads_back_equal(tmp_path: Path):
+    run = load_result(Path(__file__).parent / "fixtures" / "ablation.json")
+    path = tmp_path / "run.json"
+    store.save_result(run, path)
+    text = path.read_text()
+    assert json.loads(text) == run.to_dict() and load_result(path) == run
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}"
+    item_lines = [line for line in lines if line.startswith("  {")]
+    assert len(item_lines) == len(run.cases) + len(run.verifications)  # one line per case
