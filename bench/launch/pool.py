@@ -14,9 +14,9 @@ Fault isolation: a case whose rank raises, dies (a crash, the out-of-memory kill
 fails alone. Its answer is a RankFailure with the root cause: a rank's own exception or death before
 another rank's "connection reset" echo; the pool is then broken (its process group may hold half a
 collective), its ranks are killed, and `run` starts a new pool for the next case. Every case has a
-wall-clock limit (`timeout_s`, like the collective timeout): a rank stopped or stuck outside a collective
-fails the case within the limit plus about GRACE_S + DUMP_WAIT_S seconds, naming that rank and what it was
-doing (bench.launch.stuck).
+wall-clock limit (`timeout_s`; the ranks' collective timeout is INSPECT_S longer): a rank stopped or stuck
+outside a collective fails the case within the limit plus about GRACE_S + DUMP_WAIT_S seconds, naming that
+rank and what it was doing (bench.launch.stuck), and the others as waiting in their collective.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.launch.pool_rank import RankSetup, rank_main
-from bench.launch.stuck import inspect_ranks, stuck_ranks
+from bench.launch.stuck import DUMP_WAIT_S, inspect_ranks, stuck_ranks
 from gdn_cp.distributed import RankFailure
 from gdn_cp.distributed.launch import is_peer_error, loopback_store, rank_context
 
@@ -48,6 +48,10 @@ JOIN_S = 5.0
 START_S = 300.0
 """The least time ranks get to start and join the process group (Python, torch and the backend's set-up
 take seconds per rank on a busy machine: more than a short case limit)."""
+INSPECT_S = GRACE_S + DUMP_WAIT_S + 2.0
+"""How much longer the ranks' collective timeout is than a case's wall-clock limit: a case stuck outside a
+collective is inspected at the limit while the other ranks still wait in theirs (named as such), instead of
+racing their own timeout to the inspection."""
 TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout")
 """A rank's error that says it waited too long in a collective: a victim, like a peer's echo."""
 
@@ -153,7 +157,7 @@ class RankPool:
                 prefix=prefix,
                 device=self.device,
                 threads=self.threads,
-                timeout_s=self.timeout_s,
+                timeout_s=self.timeout_s + INSPECT_S,
                 fn=self.fn,
                 env=self.env,
                 dump_path=str(self._dump(rank)),
