@@ -79,8 +79,8 @@ class SuiteConfig:
     threads_per_rank: int | None = None
     """torch threads per rank; null: cores // ranks (at least 1)."""
     timeout_s: float = 600.0
-    """Per case and round, in seconds: the collective timeout, and the wall-clock limit of the case (a rank
-    stopped or stuck outside a collective fails the case too, naming that rank)."""
+    """Per case and round, in seconds: the wall-clock limit of the case (a rank stopped or stuck outside a
+    collective fails the case too, naming that rank), and a few seconds more the collective timeout."""
     results_dir: str = "results"
     """Where `bench run` writes result files (relative to bench.yaml)."""
     plots_dir: str = "plots"
