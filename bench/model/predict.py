@@ -33,7 +33,6 @@ from bench.model.links import Interconnect, steps
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import Case
 from gdn_cp.distributed import mode_class
-from gdn_cp.distributed.modes import CommCase
 from gdn_cp.layers import GatedDeltaNetConfig
 
 FitKey = tuple[str, bool | None, str, int]
@@ -152,19 +151,6 @@ class Prediction:
         return self.compute_s + self.exchange_s + self.comm_s
 
 
-def _comm_case(case: Case, rank: int) -> CommCase:
-    """What the mode classes read of `case` for one of its ranks."""
-    return CommCase(
-        case.layer_config(),
-        cp=case.cp,
-        rank=rank,
-        seq_len=case.seq_len,
-        batch=case.batch,
-        backward=case.pass_ == "forward_backward",
-        layout=case.layout,
-    )
-
-
 def comm_seconds(case: Case, links: Interconnect) -> float:
     """The slowest rank's critical-path communication of one pass (module docstring)."""
     if case.cp == 1:
@@ -173,7 +159,7 @@ def comm_seconds(case: Case, links: Interconnect) -> float:
     worst = 0.0
     for rank in range(case.cp):
         total = 0.0
-        for kind, (calls, wire) in cls.critical_path(_comm_case(case, rank)).items():
+        for kind, (calls, wire) in cls.critical_path(case.comm_case(rank)).items():
             total += links.link(kind).time_s(calls * steps(kind, case.cp), calls * wire)
         worst = max(worst, total)
     return worst
@@ -190,7 +176,7 @@ def predict(
         notes.append(
             f"{ranks_per_host} ranks x {threads} threads share {compute.cores} cores: compute x{share:g}"
         )
-    flops = mode_class(case.mode).exchange_flops(_comm_case(case, case.cp - 1))
+    flops = mode_class(case.mode).exchange_flops(case.comm_case(case.cp - 1))
     exchange = 0.0
     if flops:
         if compute.matmul_gflops is None:

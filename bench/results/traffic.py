@@ -10,26 +10,13 @@ case moves what the same tokens unpacked move.
 from __future__ import annotations
 
 from bench.suite.config import Case
-from gdn_cp.distributed.comm_model import layer_communication
+from gdn_cp.distributed.comm_model import case_communication
 
 
 def bytes_moved(case: Case) -> int:
     """Bytes sent plus received by the busiest rank in one pass of `case` (0 on one rank)."""
-    config = case.layer_config()
     per_rank = [
-        sum(
-            v["sent"] + v["received"]
-            for v in layer_communication(
-                case.mode,
-                config,
-                cp=case.cp,
-                rank=rank,
-                seq_len=case.seq_len,
-                batch=case.batch,
-                backward=case.pass_ == "forward_backward",
-                layout=case.layout,
-            ).values()
-        )
+        sum(v["sent"] + v["received"] for v in case_communication(case.mode, case.comm_case(rank)).values())
         for rank in range(case.cp)
     ]
     return max(per_rank, default=0)

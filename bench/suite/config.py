@@ -24,6 +24,7 @@ from bench.suite.fields import check_fields, config_fields, require_positive, ya
 from bench.suite.thresholds import Bars, ThresholdSpec
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, ModeName
+from gdn_cp.distributed.modes import CommCase
 from gdn_cp.distributed.platform import DeviceKind
 from gdn_cp.dtypes import DTYPES, dtype_name, to_dtype
 
@@ -528,6 +529,18 @@ class Case:
 
     def layer_config(self) -> GatedDeltaNetConfig:
         return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(self.dtype))
+
+    def comm_case(self, rank: int) -> CommCase:
+        """What the communication model reads of this case for one of its ranks."""
+        return CommCase(
+            self.layer_config(),
+            cp=self.cp,
+            rank=rank,
+            seq_len=self.seq_len,
+            batch=self.batch,
+            backward=self.pass_ == "forward_backward",
+            layout=self.layout,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form with YAML key names (`pass`), plus the derived case_id and local_seq_len."""

@@ -28,9 +28,13 @@ def layer_communication(
 ) -> Volume:
     """Bytes rank `rank` sends and receives in one forward (and backward) of a GatedDeltaNet under CP, its
     sequence cut evenly in `layout`."""
-    cls = mode_class(mode)
-    if cp == 1:
-        return {}
-    return cls.communication(
-        CommCase(config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, layout=layout)
+    return case_communication(
+        mode,
+        CommCase(config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, layout=layout),
     )
+
+
+def case_communication(mode: str, case: CommCase) -> Volume:
+    """`layer_communication` of a CommCase (one rank of one pass); nothing on one rank."""
+    cls = mode_class(mode)
+    return {} if case.cp == 1 else cls.communication(case)
