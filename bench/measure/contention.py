@@ -73,6 +73,16 @@ class Window:
     steal_s: float
     total_s: float
 
+    @classmethod
+    def between(cls, before: Ticks, after: Ticks, own_s: float) -> Window:
+        """The window from two readings of /proc/stat, the case's ranks having used `own_s` CPU-seconds."""
+        return cls(
+            busy_s=after.busy - before.busy,
+            own_s=own_s,
+            steal_s=after.steal - before.steal,
+            total_s=after.total - before.total,
+        )
+
     def __add__(self, other: Window) -> Window:
         return Window(
             busy_s=self.busy_s + other.busy_s,
@@ -104,12 +114,7 @@ def probe(seconds: float = MIN_WINDOW_S) -> Window | None:
     after = cpu_ticks()
     if before is None or after is None:
         return None
-    return Window(
-        busy_s=after.busy - before.busy,
-        own_s=time.process_time() - cpu_before,
-        steal_s=after.steal - before.steal,
-        total_s=after.total - before.total,
-    )
+    return Window.between(before, after, time.process_time() - cpu_before)
 
 
 def load_average() -> float | None:
@@ -182,14 +187,7 @@ def judge(
         before, after = mine[0].before, mine[0].after
         if before is None or after is None:
             continue
-        windows.append(
-            Window(
-                busy_s=after.busy - before.busy,
-                own_s=sum(r.cpu_s for r in mine),
-                steal_s=after.steal - before.steal,
-                total_s=after.total - before.total,
-            )
-        )
+        windows.append(Window.between(before, after, sum(r.cpu_s for r in mine)))
     if not windows:
         return Contention(None, None, load_before, load_after, pinned)
     worst = max(windows, key=lambda w: (w.long_enough, w.foreign, w.steal))
