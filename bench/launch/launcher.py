@@ -29,6 +29,7 @@ import torch.distributed as dist
 from bench.console import print_warning
 from bench.launch.pool import RankPool
 from bench.launch.preflight import check_cases
+from bench.measure.memory import PROFILER_PRELOAD
 from bench.measure.rank import RankResults, measure_on_rank
 from bench.results.store import Status
 from bench.suite.config import Case
@@ -168,6 +169,7 @@ class LocalLauncher:
             device=self.platform.device_type,
             threads=threads_per_rank(self.threads_per_rank, cp),
             timeout_s=self.timeout_s,
+            preload=PROFILER_PRELOAD,  # bench run reads memory, bench profile profiles: with the profiler
         )
         with pool:
             yield PoolRunner(pool)

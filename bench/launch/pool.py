@@ -29,7 +29,7 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -111,9 +111,12 @@ class RankPool:
         threads: int,
         timeout_s: float,
         env: dict[str, str] | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         self.world_size = world_size
         self.fn = fn
+        self.preload = tuple(preload)
+        """Modules the ranks' server imports besides the rank function's (rank_context)."""
         self.device = device
         self.threads = threads
         self.timeout_s = timeout_s
@@ -147,7 +150,7 @@ class RankPool:
         self._folder = Path(tempfile.mkdtemp(prefix="bench-pool-"))
         self._store = loopback_store(datetime.timedelta(seconds=self.timeout_s))
         prefix = f"pool-{uuid.uuid4().hex}"
-        ctx = rank_context([rank_main.__module__, self.fn.__module__])
+        ctx = rank_context([rank_main.__module__, self.fn.__module__, *self.preload])
         for rank in range(self.world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
             setup = RankSetup(

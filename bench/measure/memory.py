@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
-import torch._inductor.config  # see below
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 from gdn_cp.distributed import Platform
 
-# torch.profiler's first start checks hasattr(torch, "_inductor"), which imports it (about 1 s, hundreds of
-# modules). Imported with this module instead, that second is paid once by the server pool ranks fork from
-# (gdn_cp.distributed.launch.rank_context preloads the rank function's modules), not by every rank.
+PROFILER_PRELOAD = ("torch._inductor",)
+"""What torch.profiler's first start imports (it checks hasattr(torch, "_inductor"): about 1 s, hundreds of
+modules). Local pools preload it in the server their ranks fork from (bench.launch.pool), so that second is
+paid once instead of by every rank, and not by the CLI that only starts them."""
 
 
 @dataclass(kw_only=True, slots=True)
