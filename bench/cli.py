@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
-        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        # argparse %-formats a subcommand's help ("%(prog)s"): a literal % ("95% interval") is written %%
+        cmd = sub.add_parser(module.NAME, help=module.HELP.replace("%", "%%"), description=module.HELP)
         module.add_arguments(cmd)
         cmd.set_defaults(_main=module.main, _parser=cmd)
     return parser
