@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from bench.commands import run as run_command
+from bench.errors import UserError
 from bench.results.export import export_rows
 from bench.results.store import RunResult
+from gdn_cp.distributed.launch import check_main_guarded
 
 if TYPE_CHECKING:  # pandas is optional: dataframe imports it when called
     import pandas
@@ -29,19 +31,26 @@ PANDAS_MISSING = (
 )
 
 
-def set_items(sets: Mapping[str, Any] | Sequence[str]) -> list[str]:
-    """`--set` items from a mapping (values written as JSON, which is YAML: {"cp": [1, 2]} -> "cp=[1, 2]")
-    or from `key=value` strings as given."""
+def set_items(sets: Mapping[str, Any] | Sequence[str] | str) -> list[str]:
+    """`--set` items from a mapping (values written as JSON, which is YAML: {"cp": [1, 2]} -> "cp=[1, 2]"),
+    from `key=value` strings as given, or from one such string."""
     if isinstance(sets, Mapping):
         return [f"{key}={json.dumps(value)}" for key, value in sets.items()]
+    if isinstance(sets, str):
+        return [sets]
+    if not all(isinstance(item, str) for item in sets):
+        raise UserError(
+            f"bench.api.run(sets=...): expected a mapping or key=value strings, got {sets!r}; e.g. "
+            'sets={"repeat": 3} or sets=["repeat=3"]'
+        )
     return list(sets)
 
 
 def run(
     scenarios: str | Sequence[str] = (),
     *,
-    sets: Mapping[str, Any] | Sequence[str] = (),
-    filters: Sequence[str] = (),
+    sets: Mapping[str, Any] | Sequence[str] | str = (),
+    filters: Sequence[str] | str = (),
     device: str | None = None,
     output: str | None = None,
     resume: str | None = None,
@@ -55,18 +64,22 @@ def run(
 
     Args:
         scenarios: a scenario name or .yaml path, or several; none: the suite's default_scenario
-        sets: overrides of suite or scenario keys, {"repeat": 3} or ["repeat=3"]
+        sets: overrides of suite or scenario keys, {"repeat": 3}, ["repeat=3"] or "repeat=3"
         filters: --filter expressions, e.g. ["mode=p2p,cp=2"]
         device: auto, cpu, cuda or npu
         output: result file (must not exist); resume: an earlier result file to continue
         config: bench.yaml path; default ./bench.yaml, else the packaged defaults
         quiet: print nothing (no progress, no tables)
     """
+    try:
+        check_main_guarded()
+    except RuntimeError as exc:
+        raise UserError(f"bench.api.run: {exc}") from None
     names = [scenarios] if isinstance(scenarios, str) else list(scenarios)
     outcome = run_command.execute(
         names,
         sets=set_items(sets),
-        filters=list(filters),
+        filters=[filters] if isinstance(filters, str) else list(filters),
         device=device,
         output=output,
         resume=resume,

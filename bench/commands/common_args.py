@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 
 
 def add_config(parser: argparse.ArgumentParser) -> None:
@@ -48,3 +50,29 @@ def add_device(parser: argparse.ArgumentParser) -> None:
         metavar="{auto,cpu,cuda,npu}",
         help="run on this device (overrides bench.yaml and the scenario; the same as --set device=...)",
     )
+
+
+def integer_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse `type`: a whole number >= minimum, else a usage error (argparse names the flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}; give a number >= {minimum}")
+        return value
+
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """An argparse `type`: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value

@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
-from bench.console import CaseProgress, print_warning
+from bench.console import CaseProgress, print_error, print_warning
 from bench.console import console as default_console
 from bench.errors import UserError, first_line
 from bench.launch import interleave
@@ -47,6 +47,7 @@ from bench.results.analysis import source_label
 from bench.results.comparison import (
     DEFAULT_ALPHA,
     DEFAULT_FACTOR,
+    JUDGED_VERDICTS,
     CaseComparison,
     Comparison,
     compare_runs,
@@ -66,6 +67,9 @@ HELP = (
 )
 EXIT_REGRESSION = 3
 """--fail-on-regression and a case got worse: distinct from 1 (user error) and 2 (bench run: cases failed)."""
+EXIT_NO_VERDICT = 6
+"""--fail-on-regression and no case got a verdict (every one too noisy, contended or not comparable): a gate
+that judged nothing fails, as `bench gate` does."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "alternating base and head case by case; both result files are kept for a later comparison. "
         "Exit codes: 0 compared (whatever the verdicts); 1 user error, or --fail-on-regression with nothing "
         f"compared; {EXIT_REGRESSION} with --fail-on-regression when a case is worse, or ok on base but "
-        "failed on head; 130 interrupted."
+        f"failed on head; {EXIT_NO_VERDICT} with --fail-on-regression when no case got a verdict (all too "
+        "noisy, contended or not comparable); 130 interrupted."
     )
     parser.add_argument("base", metavar="BASE", help="result file, or git ref (branch, tag, commit) to run")
     parser.add_argument("head", metavar="HEAD", help="result file, or git ref to run")
@@ -468,9 +473,19 @@ def run(
     else:
         render_table(comparison, labels, console)
     regressed = comparison.count("worse") > 0 or bool(comparison.head_failures)
-    if fail_on_regression and not regressed:
-        _require_compared(comparison, paths[1], filtered=bool(filters))
-    return EXIT_REGRESSION if fail_on_regression and regressed else 0
+    if not fail_on_regression:
+        return 0
+    if regressed:
+        return EXIT_REGRESSION
+    _require_compared(comparison, paths[1], filtered=bool(filters))
+    if not any(c.verdict in JUDGED_VERDICTS for c in comparison.cases):
+        states = ", ".join(f"{comparison.count(v)} {v}" for v in ("too noisy", "contended", "not comparable"))
+        print_error(
+            f"--fail-on-regression: no case got a verdict ({states}), so the gate cannot pass: rerun on an "
+            "idle machine, or with more rounds (--set rounds=N)"
+        )
+        return EXIT_NO_VERDICT
+    return 0
 
 
 def _require_compared(comparison: Comparison, head: Path, *, filtered: bool) -> None:

@@ -13,6 +13,7 @@ measured layer, or `--scenario NAME`'s (its compute scaled by model FLOPs per to
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +22,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.estimate import human_bytes
+from bench.launch.launcher import MAX_RANKS_PER_CORE
 from bench.model.calibrate import calibrate
 from bench.model.links import Interconnect, load_interconnect
 from bench.model.predict import (
@@ -53,7 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cal = actions.add_parser(
         "calibrate", help="time p2p, all-gather, all-to-all and all-reduce, fit the links"
     )
-    cal.add_argument("--cp", type=int, nargs="+", default=[2, 4], help="world sizes to time (default 2 4)")
+    cal.add_argument(
+        "--cp",
+        type=common_args.integer_at_least(2),
+        nargs="+",
+        default=[2, 4],
+        help="world sizes to time (default 2 4)",
+    )
     cal.add_argument("--output", required=True, help="the interconnect file to write (refused if it exists)")
     for name, text in (
         ("check", "predicted vs measured for every cp > 1 case of the results"),
@@ -66,13 +75,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub.add_argument("--links", required=True, help="interconnect file (bench model calibrate, or typed)")
     table = actions.choices["table"]
     table.add_argument("--scenario", help="predict this scenario's layer (default: the measured one)")
-    table.add_argument("--cp", type=int, nargs="+", default=list(TABLE_CP), help="CP degrees")
-    table.add_argument("--seq-len", type=int, nargs="+", default=list(TABLE_SEQ), help="global tokens")
+    table.add_argument(
+        "--cp", type=common_args.integer_at_least(1), nargs="+", default=list(TABLE_CP), help="CP degrees"
+    )
+    table.add_argument(
+        "--seq-len",
+        type=common_args.integer_at_least(1),
+        nargs="+",
+        default=list(TABLE_SEQ),
+        help="global tokens",
+    )
     table.add_argument(
         "--pass", dest="pass_", choices=("forward", "forward_backward"), default="forward_backward"
     )
     table.add_argument(
-        "--memory-gib", type=float, help="device memory: a mode that does not fit is not picked"
+        "--memory-gib",
+        type=common_args.positive_number,
+        help="device memory: a mode that does not fit is not picked",
     )
     table.add_argument("--markdown", help="also write the table and its assumptions to this markdown file")
 
@@ -126,6 +145,12 @@ def run_calibrate(cps: Sequence[int], output: Path, console: Console | None = No
     bad = [cp for cp in cps if cp < 2]
     if bad:
         raise UserError(f"--cp {' '.join(map(str, bad))}: collectives need at least 2 ranks, e.g. --cp 2 4")
+    most = MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
+    if max(cps) > most:
+        raise UserError(
+            f"--cp {max(cps)}: more local ranks than the {most} this host can run usefully "
+            f"({MAX_RANKS_PER_CORE} per core); give world sizes up to {most}"
+        )
     _new_file(output)
     links = calibrate(tuple(cps))
     _write_new(output, yaml.safe_dump(links.to_dict(), sort_keys=False))

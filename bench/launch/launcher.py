@@ -35,7 +35,7 @@ from bench.results.store import Status
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection
-from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank
+from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, teardown_process_group
 
 RankFn = Callable[[Case, str], Any]
 """What each rank runs, given the case and the device kind: bench.measure.rank.measure_on_rank (returning
@@ -223,11 +223,14 @@ class TorchrunLauncher:
         """Join the job's process group (init from the environment, the platform's backend)."""
         torch.set_num_threads(threads_per_rank(self.threads_per_rank, self.job.local_world_size))
         self.platform.set_device(self.job.local_rank)
-        dist.init_process_group(self.platform.backend, timeout=datetime.timedelta(seconds=self.timeout_s))
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        dist.init_process_group(self.platform.backend, timeout=timeout)
         try:
             yield
-        finally:
-            dist.destroy_process_group()
+        except BaseException:
+            dist.destroy_process_group()  # no barrier: the other ranks may never get there
+            raise
+        teardown_process_group(timeout)
 
     def run(self, case: Case) -> Outcome:
         start = time.perf_counter()

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from bench.launch.stuck import DUMP_SIGNAL
-from gdn_cp.distributed.launch import LOOPBACK, is_peer_error
+from gdn_cp.distributed.launch import LOOPBACK, is_peer_error, teardown_process_group
 from gdn_cp.distributed.platform import resolve_platform
 
 PR_SET_PDEATHSIG = 1
@@ -124,5 +124,5 @@ def rank_main(setup: RankSetup, conn: Connection) -> None:
             # "connection reset" before this rank's error is read. The parent kills the pool.
             os._exit(1)
         conn.send(("done", index, value if setup.rank == 0 else None))
-    dist.destroy_process_group()
+    teardown_process_group(timeout)
     conn.close()

@@ -29,6 +29,8 @@ from bench.results.statistics import RatioInterval, classify, ratio_interval, sm
 from bench.results.store import CaseResult, RunResult
 
 Verdict = Literal["better", "worse", "~", "too noisy", "contended", "not comparable"]
+JUDGED_VERDICTS: frozenset[str] = frozenset({"better", "worse", "~"})
+"""The verdicts the data decided; every other state is no verdict (too noisy, contended, not comparable)."""
 
 DEFAULT_FACTOR = 1.10
 """A change smaller than 10% either way is never a verdict; an interval wider than 10% is "too noisy"."""

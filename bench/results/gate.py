@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bench.errors import first_line
-from bench.results.comparison import Comparison
+from bench.results.comparison import JUDGED_VERDICTS, Comparison
 from bench.results.tables import TableData, format_ms
 from bench.results.verifications import Verification
 
-PASSING_VERDICTS = frozenset({"better", "~"})
-"""Timing verdicts that were judged and pass: head is not slower."""
 FAILING_VERDICTS = frozenset({"worse"})
 """Timing verdicts that fail the gate: head is slower."""
+PASSING_VERDICTS = JUDGED_VERDICTS - FAILING_VERDICTS
+"""Timing verdicts that were judged and pass: head is not slower."""
 
 Outcome = Literal["pass", "slower", "inexact", "slower and inexact", "nothing compared"]
 

@@ -102,10 +102,29 @@ def parse_overrides(items: Iterable[str], device: str | None = None) -> list[Ove
 # YAML with line numbers
 
 
-def _refuse_duplicate_keys(node: yaml.Node | None, where: str) -> None:
+MAX_DEPTH = 32
+"""Deepest nesting of mappings and lists a suite or scenario file may have (a scenario needs 4)."""
+MAX_BYTES = 1 << 20
+"""Largest suite or scenario file read (a scenario is a few KB)."""
+
+
+def _check_tree(node: yaml.Node | None, where: str) -> None:
     """ConfigError naming both lines when a mapping, at any depth, gives a key twice (YAML would keep the
-    last one silently)."""
-    if isinstance(node, yaml.MappingNode):
+    last one silently), or naming the line where the nesting passes MAX_DEPTH. Walked with a stack, not
+    recursion, so that no depth of input can overflow it."""
+    stack = [(node, 1)] if node is not None else []
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+            continue
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                f"{where}:{node.start_mark.line + 1}: nested {depth} levels deep, more than the {MAX_DEPTH} "
+                "a suite or scenario file may have; flatten it"
+            )
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, depth + 1) for item in node.value)
+            continue
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
@@ -115,10 +134,25 @@ def _refuse_duplicate_keys(node: yaml.Node | None, where: str) -> None:
                     f"{where}:{line}: {key}: given twice (lines {seen[key]} and {line}); keep one of them"
                 )
             seen[key] = line
-            _refuse_duplicate_keys(value_node, where)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicate_keys(item, where)
+            stack.append((value_node, depth + 1))
+
+
+def _parse_yaml(text: str, where: str) -> tuple[Any, yaml.Node | None]:
+    """The document in `text` and its node tree, parsed once (composed, checked by `_check_tree`, then
+    constructed from the same nodes)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:  # PyYAML composes recursively: nesting far past MAX_DEPTH overflows it
+            raise ConfigError(
+                f"{where}: nested far more than the {MAX_DEPTH} levels a suite or scenario file may have; "
+                "flatten it"
+            ) from None
+        _check_tree(node, where)
+        return (loader.construct_document(node) if node is not None else None), node
+    finally:
+        loader.dispose()
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
@@ -129,6 +163,12 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
     """
     where = display(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ConfigError(
+                f"{where}: {size / 2**20:.1f} MiB, more than the {MAX_BYTES >> 20} MiB a suite or scenario "
+                "file may have (a scenario is a few KB); check the path"
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror}); check the path") from None
@@ -140,9 +180,7 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, int]]:
             f"{where}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
         ) from None
     try:
-        node = yaml.compose(text)
-        _refuse_duplicate_keys(node, where)
-        data = yaml.safe_load(text)
+        data, node = _parse_yaml(text, where)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -6,14 +6,20 @@ from gdn_cp.distributed.collectives import (
     all_to_all,
     all_to_all_single,
     exchange_halo,
-    exchange_halo_with_header,
+    exchange_halos,
     exchange_header,
     sum_with_outputs,
 )
 from gdn_cp.distributed.comm_stats import CommStats, count_communication
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
 from gdn_cp.distributed.functional import cp_chunk_gated_delta_rule
-from gdn_cp.distributed.launch import RankFailure, default_threads_per_rank, local_rank, run_on_ranks
+from gdn_cp.distributed.launch import (
+    RankFailure,
+    default_threads_per_rank,
+    local_rank,
+    run_on_ranks,
+    teardown_process_group,
+)
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT, LAYOUTS, Layout, ShardPlan
 from gdn_cp.distributed.modes import (
     DEFAULT_MODE,
@@ -56,7 +62,7 @@ __all__ = [
     "cp_chunk_gated_delta_rule",
     "default_threads_per_rank",
     "exchange_halo",
-    "exchange_halo_with_header",
+    "exchange_halos",
     "exchange_header",
     "gather_sequence",
     "local_rank",
@@ -68,4 +74,5 @@ __all__ = [
     "shift_pieces",
     "state_chain",
     "sum_with_outputs",
+    "teardown_process_group",
 ]

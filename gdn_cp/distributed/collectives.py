@@ -2,9 +2,9 @@
 
 - `all_to_all_single`: the primitive, along dim 0 with (uneven) split sizes; backward is the reverse exchange.
 - `all_to_all`: scatter one dim, gather another (Ulysses: Shard(sequence) <-> Shard(head)), uneven allowed.
-- `exchange_halo_with_header`: the tokens just before each of this rank's pieces, from earlier pieces, for
-  Conv1D, and every rank's header (piece lengths, input checks), in one all-to-all whose message sizes do not
-  depend on the lengths. `exchange_header`: the header alone (one small all-gather).
+- `exchange_halos`: the tokens just before each of this rank's pieces, from earlier pieces, for Conv1D, in
+  one all-to-all. `exchange_header`: every rank's int64 values (the header, gdn_cp.distributed.header), in
+  one small all-gather.
 - `sum_with_outputs`: a replicated sum of per-rank shares (final states), tied to the outputs.
 - `all_reduce_gradients`: sum parameter gradients over the CP group (partial on each rank under CP).
 - `broadcast_module_tensors`: one rank's parameters and buffers to every rank (setup, not counted).
@@ -158,29 +158,6 @@ def all_to_all(
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-HEADER_DIGITS = 4
-"""Elements per value of the header that rides in every halo message: base-256 digits, exact in every float
-dtype down to bf16 (8 significant bits), so values below 2**32 cross in the tensor's own dtype."""
-
-
-def _encode_header(values: Sequence[int], like: torch.Tensor) -> torch.Tensor:
-    for n in values:
-        if not 0 <= n < 256**HEADER_DIGITS:
-            raise ValueError(
-                f"exchange_halo: the header value {n} does not fit {HEADER_DIGITS} base-256 digits"
-            )
-    digits = [(n >> (8 * i)) & 255 for n in values for i in range(HEADER_DIGITS)]
-    return torch.tensor(digits, dtype=like.dtype, device=like.device)
-
-
-def _decode_header(header: torch.Tensor) -> list[int]:
-    digits = header.detach().round().long().tolist()
-    return [
-        sum(d << (8 * i) for i, d in enumerate(digits[at : at + HEADER_DIGITS]))
-        for at in range(0, len(digits), HEADER_DIGITS)
-    ]
-
-
 def _left_padded_tail(x: torch.Tensor, width: int) -> torch.Tensor:
     """The last `width` tokens of x [B, L, D], zero-padded on the left when L < width: [B, width, D]."""
     tail = x[:, max(0, x.shape[1] - width) :]
@@ -189,82 +166,63 @@ def _left_padded_tail(x: torch.Tensor, width: int) -> torch.Tensor:
 
 def wants_tail(owners: Sequence[int], width: int, peer: int, piece: int) -> bool:
     """Does rank `peer` get `piece`'s tail in the halo exchange? When it holds one of the `width` pieces after
-    it and is not its holder (the rule of `exchange_halo_with_header`, and of its communication model)."""
+    it and is not its holder (the rule of `exchange_halos`, and of its communication model)."""
     return peer != owners[piece] and peer in owners[piece + 1 : piece + 1 + width]
 
 
-def exchange_halo_with_header(
+def exchange_halos(
     pieces: Sequence[torch.Tensor],
     width: int,
+    lengths: Sequence[int],
     group: ProcessGroup | None = None,
     owners: Sequence[int] | None = None,
-    header: Sequence[int] = (),
-) -> tuple[list[torch.Tensor], list[list[int]]]:
-    """The `width` tokens before each of this rank's pieces of the sequence, and every rank's header, in one
-    all-to-all.
+) -> list[torch.Tensor]:
+    """The `width` tokens before each of this rank's pieces of the sequence, in one all-to-all.
 
-    The global sequence is cut into pieces held by `owners` (global order; default: piece r on rank r); this
-    rank passes its pieces in increasing global order, and every rank the same number of header values
-    (HEADER_DIGITS elements each; the mode puts its piece lengths first). Message sizes never depend on the
-    piece lengths, so ranks that disagree about them cannot mismatch the exchange: every rank sends every
-    peer its header, plus, for each piece it holds, the piece's last `width` tokens (zero-padded on the left
-    when shorter) whenever the peer holds one of the next `width` pieces. A rank then assembles each halo
-    from the tails before it, reading the lengths from the headers, so a halo may span several earlier pieces
+    The global sequence is cut into pieces held by `owners` (global order; default: piece r on rank r) whose
+    lengths every rank knows (`lengths`, from the header: gdn_cp.distributed.header); this rank passes its
+    pieces in increasing global order. For each piece it holds, a rank sends the piece's last `width` tokens
+    (zero-padded on the left when shorter) to every other rank holding one of the next `width` pieces; each
+    rank then assembles its halos from the tails before them, so a halo may span several earlier pieces
     (tiny shards). At the sequence start a halo is shorter (the first piece gets none) and causal_conv1d
     zero-fills what is missing. Differentiable: a token sent to several ranks gets the sum of their gradients.
 
     Args:
-        pieces: [B, L_p, D] this rank's pieces, before the convolution; their lengths must be the first
-            len(pieces) values of `header`
+        pieces: [B, L_p, D] this rank's pieces, before the convolution
         width: tokens of left context wanted (kernel size - 1)
+        lengths: of every global piece, in global order
     Returns:
-        one halo [B, <= width, D] per piece, and every rank's header (one list per rank, the same on every
-        rank).
+        one halo [B, <= width, D] per piece
     """
     rank, size = group_rank_size(group)
     owners = list(range(size)) if owners is None else list(owners)
     mine = [j for j, owner in enumerate(owners) if owner == rank]
-    if len(mine) != len(pieces) or list(header[: len(pieces)]) != [p.shape[1] for p in pieces]:
-        raise ValueError(
-            "exchange_halo_with_header: one piece per owned slot, their lengths first in the header"
-        )
+    if len(mine) != len(pieces) or [lengths[j] for j in mine] != [p.shape[1] for p in pieces]:
+        raise ValueError("exchange_halos: one piece per owned slot, of the length `lengths` gives it")
     B, _, D = pieces[0].shape
     if size == 1:
-        return [p[:, :0] for p in pieces], [list(header)]
+        return [p[:, :0] for p in pieces]
 
     tails = {j: _left_padded_tail(p, width) for j, p in zip(mine, pieces, strict=True)}
-    encoded = _encode_header(header, pieces[0])
-    # Header-only messages still carry an empty slice of a piece: every rank's exchange then needs a backward
-    # when the pieces do, so the ranks meet in it (a collective's backward is itself a collective).
+    # Every message holds an empty slice of a piece at least: every rank's exchange then needs a backward when
+    # the pieces do, so the ranks meet in it (a collective's backward is itself a collective).
     empty = pieces[0].reshape(-1)[:0]
     parts = [
-        torch.cat(
-            [encoded, empty, *(tails[j].reshape(-1) for j in mine if wants_tail(owners, width, peer, j))]
-        )
+        torch.cat([empty, *(tails[j].reshape(-1) for j in mine if wants_tail(owners, width, peer, j))])
         for peer in range(size)
     ]
     tail_numel = B * width * D
     recv_counts = [
-        encoded.numel()
-        + tail_numel * sum(wants_tail(owners, width, rank, j) for j, o in enumerate(owners) if o == peer)
+        tail_numel * sum(wants_tail(owners, width, rank, j) for j, o in enumerate(owners) if o == peer)
         for peer in range(size)
     ]
     received = all_to_all_single(
         torch.cat(parts), recv_counts, [p.numel() for p in parts], group, kind=comm_stats.HALO
     )
-    headers, lengths = [], [0] * len(owners)
     for peer, message in enumerate(received.split(recv_counts)):
-        values = list(header) if peer == rank else _decode_header(message[: encoded.numel()])
-        headers.append(values)
-        theirs = [j for j, o in enumerate(owners) if o == peer]
-        for j, n in zip(theirs, values, strict=False):
-            lengths[j] = n
-        if peer != rank:
-            at = encoded.numel()
-            for j in theirs:
-                if wants_tail(owners, width, rank, j):
-                    tails[j] = message[at : at + tail_numel].view(B, width, D)
-                    at += tail_numel
+        wanted = [j for j, o in enumerate(owners) if o == peer and wants_tail(owners, width, rank, j)]
+        for at, j in enumerate(wanted):
+            tails[j] = message[at * tail_numel : (at + 1) * tail_numel].view(B, width, D)
 
     halos = []
     for j in mine:
@@ -279,13 +237,14 @@ def exchange_halo_with_header(
         # The first piece's empty halo is still a view of what arrived, so that its backward joins the
         # exchange too.
         halos.append(torch.cat(parts_before[::-1], dim=1) if parts_before else received[:0].view(B, 0, D))
-    return halos, headers
+    return halos
 
 
 def exchange_halo(x: torch.Tensor, width: int, group: ProcessGroup | None = None) -> torch.Tensor:
-    """The halo of contiguous shards: [B, L, D] -> [B, min(width, tokens before this shard), D]
-    (`exchange_halo_with_header` with one piece per rank and its length as the header)."""
-    return exchange_halo_with_header([x], width, group, header=[x.shape[1]])[0][0]
+    """The halo of contiguous shards of any lengths: [B, L, D] -> [B, min(width, tokens before this shard),
+    D] (the shards' lengths by one header all-gather, then `exchange_halos`)."""
+    lengths = [h[0] for h in exchange_header([x.shape[1]], group, x.device)]
+    return exchange_halos([x], width, lengths, group)[0]
 
 
 def exchange_header(

@@ -12,13 +12,16 @@ choose who hosts it and what address the ranks are told), so they are not used.
 
 from __future__ import annotations
 
+import ast
 import datetime
 import multiprocessing
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,6 +58,52 @@ START_METHOD = "forkserver"
 process of its own, with its own allocator and process group."""
 
 
+def _guards_main(test: ast.expr) -> bool:
+    """Is `test` the condition `__name__ == "__main__"` (either way round)?"""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    mains = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(mains) == 1
+
+
+def check_main_guarded() -> None:
+    """RuntimeError, saying what to add, when this call comes from the top level of a script (the __main__
+    module run from a file) outside `if __name__ == "__main__":`.
+
+    Every local rank starts from multiprocessing's forkserver, and a process started that way imports the
+    parent's main script again before it runs (multiprocessing's "safe importing of the main module"): an
+    unguarded call would run again in every rank, which then exits with code 1 and no Python error of its
+    own. Scripts run with `python -m pkg` (a package's __main__) are not re-imported and pass.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec = getattr(main, "__spec__", None)
+    if main is None or path is None or (spec is not None and spec.name.endswith("__main__")):
+        return
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:  # called from a function (a test, a guarded main()): nothing runs at import
+        return
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return  # cannot read the script: let the launch speak for itself
+    line = frame.f_lineno
+    if any(
+        isinstance(node, ast.If) and _guards_main(node.test) and node.lineno <= line <= (node.end_lineno or 0)
+        for node in ast.walk(tree)
+    ):
+        return
+    raise RuntimeError(
+        f"{path}:{line} starts ranks from the top level of the script: every rank imports the script again "
+        "before it runs (multiprocessing's forkserver), which would run this line again in each; put it "
+        'under `if __name__ == "__main__":`'
+    )
+
+
 def rank_context(preload: Iterable[str] = ()) -> multiprocessing.context.BaseContext:
     """The multiprocessing context local ranks start from (START_METHOD), its server preloading torch,
     this module and `preload` (module names: the rank function's).
@@ -62,8 +111,10 @@ def rank_context(preload: Iterable[str] = ()) -> multiprocessing.context.BaseCon
     The server starts at the first process started from it and then serves every later launch of this
     program; the preload list only counts until then, so a module not in it is imported by each rank as it
     unpickles the function (correct, only slower). Ranks see the environment the server started with plus
-    what their launcher sets (LaunchConfig's, RankPool's `env`).
+    what their launcher sets (LaunchConfig's, RankPool's `env`). RuntimeError when called from an unguarded
+    script (check_main_guarded).
     """
+    check_main_guarded()
     ctx = multiprocessing.get_context(START_METHOD)
     ctx.set_forkserver_preload(["torch", "torch.distributed", __name__, *preload])
     return ctx
@@ -160,6 +211,40 @@ def is_peer_error(message: str) -> bool:
     return any(text in message for text in PEER_ERRORS)
 
 
+TEARDOWN_KEY = "gdn_cp/teardown/{attempt}/{rank}"
+"""The store key each rank sets when it reaches `teardown_process_group` (per torchrun restart attempt)."""
+
+
+def teardown_process_group(timeout: datetime.timedelta | None = None) -> None:
+    """destroy_process_group once every rank of the default group has got here: a barrier through the store
+    (which stays up), not through the backend's own connections, which are the ones being closed.
+
+    Why: a rank's communication is over when its works complete, but a peer's may not be. gloo completes a
+    send once its bytes are written to the local socket, not once the peer has read them, and destroying the
+    group closes every connection at once (gloo's hard close resets it: SO_LINGER 0). A rank that finishes
+    first, typically the one whose last operation is a send (the last hop of p2p's backward chain, scan's
+    round-0 shift backward at the last rank, an all-gather that completed on one rank before another), would
+    reset its peers' connections while they still read its last message: their receive fails with
+    "Connection reset by peer", or gloo's I/O thread aborts the process ("terminate called without an active
+    exception") when the peer is itself tearing down, which is what skewed timing (a loaded machine) exposed.
+    Once every rank is here, every rank's works are complete, so nothing in flight is still needed.
+    """
+    if not dist.is_initialized():
+        return
+    world = dist.get_world_size()
+    if world > 1:
+        # The store the group was built on (the one every rank shares); torch keeps it with the default group.
+        store = dist.distributed_c10d._get_default_store()
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store.set(TEARDOWN_KEY.format(attempt=attempt, rank=dist.get_rank()), "1")
+        keys = [TEARDOWN_KEY.format(attempt=attempt, rank=r) for r in range(world)]
+        if timeout is None:
+            store.wait(keys)
+        else:
+            store.wait(keys, timeout)
+    dist.destroy_process_group()
+
+
 @record
 def _rank_main(
     fn: Callable[..., Any], args: tuple, threads: int, device: str, timeout_s: float, env: dict[str, str]
@@ -179,7 +264,7 @@ def _rank_main(
         # No destroy_process_group here: closing connections now would make the other ranks fail with
         # "connection reset" before this rank's own error is recorded.
         raise
-    dist.destroy_process_group()
+    teardown_process_group(datetime.timedelta(seconds=timeout_s))
     return result
 
 

@@ -1,5 +1,4 @@
-"""Where every rank's tokens sit in the global sequence (layouts), which documents they hold, and the one
-header every rank shares so that all of them agree on it, or all of them raise.
+"""Where every rank's tokens sit in the global sequence (layouts), and which documents they hold.
 
 Layouts (how the global sequence is cut into pieces and which rank holds which):
 
@@ -11,23 +10,17 @@ A rank's tokens are its pieces in increasing global order; the state flows throu
 order, whoever holds them. With packed documents (cu_seqlens, global boundaries), a rank's tokens split
 further into segments: the parts of one document inside one piece.
 
-The header: before anything depends on the split, every rank sends every other one its piece lengths, whether
-its own input passed its local checks, and a fingerprint of its cu_seqlens. Sequence-shard layers fold it into
-the halo exchange they make anyway; ulysses and the op-level function send it in one small all-gather. Every
-rank then applies the same checks to the same values (`agree`), so a bad input raises the same ValueError on
-every rank before any collective that depends on it can hang.
+Every rank learns the others' piece lengths from the header (gdn_cp.distributed.header), which also makes
+all of them agree on the call before anything depends on the split.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
-
-from gdn_cp.ops import check_packed_batch, document_bounds
 
 Layout = Literal["contiguous", "zigzag"]
 LAYOUTS: tuple[str, ...] = ("contiguous", "zigzag")
@@ -181,98 +174,3 @@ class ShardPlan:
                 d += 1
             offset += hi - lo
         return out
-
-
-# -- the header -------------------------------------------------------------------------------------------
-
-
-def fingerprint(bounds: Sequence[int] | None) -> int:
-    """A 32-bit fingerprint of document boundaries (0 for None), for ranks to compare cheaply."""
-    if bounds is None:
-        return 0
-    return zlib.crc32(",".join(str(int(b)) for b in bounds).encode()) or 1
-
-
-@dataclass(frozen=True, slots=True)
-class LocalShard:
-    """What one rank knows before the header exchange."""
-
-    piece_lengths: tuple[int, ...]
-    documents: int
-    """The fingerprint of its cu_seqlens (`fingerprint`)."""
-    problem: str | None
-    """The first error its own input raised in local checks, or None."""
-
-    def header(self) -> list[int]:
-        return [*self.piece_lengths, int(self.problem is not None), self.documents]
-
-
-def agree(layout: str, rank: int, local: LocalShard, headers: Sequence[Sequence[int]]) -> ShardPlan:
-    """The plan every rank derives from everyone's header; raises the same ValueError on every rank when one
-    rank's input failed its checks, the ranks hold different cu_seqlens, or the split does not fit the layout.
-
-    headers[r] is rank r's `LocalShard.header()`.
-    """
-    cp, per_rank = len(headers), pieces_per_rank(layout)
-    failed = [r for r, h in enumerate(headers) if h[per_rank]]
-    if failed:
-        if local.problem is not None:
-            raise ValueError(local.problem)
-        raise ValueError(
-            f"CP rank(s) {failed} rejected their input (their error names the argument); every rank of the "
-            "group stops here"
-        )
-    prints = [h[per_rank + 1] for h in headers]
-    if len(set(prints)) > 1:
-        raise ValueError(
-            "the CP ranks passed different cu_seqlens (fingerprints "
-            f"{', '.join(f'rank {r}: {p:#010x}' for r, p in enumerate(prints))}): cu_seqlens holds the "
-            "global document boundaries and must be the same tensor on every rank"
-        )
-    shards = [sum(h[:per_rank]) for h in headers]
-    if min(shards) < 1:
-        raise ValueError(
-            f"CP ranks hold shards of {shards} tokens: every rank needs >= 1 token (use a smaller cp or a "
-            "longer sequence)"
-        )
-    if layout == "zigzag":
-        if len(set(shards)) > 1:
-            raise ValueError(
-                f"layout='zigzag' needs equal shards of T / cp tokens, but the ranks hold {shards}: shard "
-                "the sequence with shard_sequence(x, group, layout='zigzag')"
-            )
-        check_zigzag_split(sum(shards), cp)
-    by_rank = [list(h[:per_rank]) for h in headers]
-    lengths = [by_rank[owner].pop(0) for owner in piece_owners(layout, cp)]
-    return ShardPlan(layout=layout, rank=rank, cp=cp, lengths=tuple(lengths))
-
-
-def plan_documents(plan: ShardPlan, cu_seqlens: torch.Tensor | None) -> list[int] | None:
-    """The checked global boundaries (after `agree`, so every rank checks the same values)."""
-    return None if cu_seqlens is None else document_bounds(cu_seqlens, plan.total)
-
-
-def check_local_input(
-    layout: str,
-    shard_len: int,
-    batch: int,
-    cu_seqlens: torch.Tensor | None,
-    check: Callable[[list[int] | None], None] | None = None,
-) -> LocalShard:
-    """This rank's LocalShard: its piece lengths, its cu_seqlens' fingerprint, and the first problem of its
-    own input (cu_seqlens malformed, a batch of more than one packed sequence, or what `check` raises, given
-    the boundaries), caught rather than raised so that every rank can raise it together after the header.
-    """
-    problem, bounds = None, None
-    try:
-        if cu_seqlens is not None:
-            check_packed_batch(batch)
-            # The total is checked after the header (only then is the global T known); the rest here.
-            last = int(cu_seqlens[-1]) if len(cu_seqlens) else 0
-            bounds = document_bounds(cu_seqlens, last)
-        if check is not None:
-            check(bounds)
-    except ValueError as error:
-        problem = str(error)
-    # A rank whose cu_seqlens failed its checks sends the failure flag, which `agree` reads first.
-    return LocalShard(split_pieces(layout, shard_len), fingerprint(bounds), problem)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from gdn_cp.dtypes import to_dtype
 
@@ -97,13 +99,14 @@ def load_linear_attn_state_dict(
         dtype: cast to this dtype (a torch.dtype or a name such as "bf16"); None keeps the checkpoint's
 
     Raises FileNotFoundError for a missing path, index-named shard or checkpoint file; ValueError for an
-    index without a weight_map; KeyError when the layer is not a linear-attention layer of the checkpoint
-    or the checkpoint is not a Qwen3.5 one.
+    index without a weight_map, or a safetensors file that cannot be read (truncated, corrupted), naming
+    it; KeyError when the layer is not a linear-attention layer of the checkpoint or the checkpoint is not
+    a Qwen3.5 one.
     """
     target = None if dtype is None else to_dtype(dtype, "load_linear_attn_state_dict(dtype=...)")
     file, is_index = _resolve(Path(path))
     if not is_index:
-        with safe_open(str(file), framework="pt", device=str(device)) as f:
+        with _open(file, device) as f:
             hint = f" (for a sharded checkpoint pass its folder or {INDEX_FILE})"
             names = linear_attn_keys(f.keys(), layer_idx, source=f"{file}{hint}")
             return {name: _cast(f.get_tensor(key), target) for name, key in names.items()}
@@ -122,10 +125,24 @@ def load_linear_attn_state_dict(
             )
     out: dict[str, torch.Tensor] = {}
     for shard, entries in by_shard.items():
-        with safe_open(str(index.parent / shard), framework="pt", device=str(device)) as f:
+        with _open(index.parent / shard, device) as f:
             for name, key in entries:
                 out[name] = _cast(f.get_tensor(key), target)
     return {name: out[name] for name in names}  # in the index's order, whatever the shards' order
+
+
+@contextmanager
+def _open(file: Path, device: torch.device | str) -> Iterator[Any]:
+    """safe_open(file), with any error safetensors raises reading it (a truncated or corrupted file, a bad
+    header) as a ValueError that names the file."""
+    try:
+        with safe_open(str(file), framework="pt", device=str(device)) as f:
+            yield f
+    except SafetensorError as exc:
+        raise ValueError(
+            f"{file}: not a readable safetensors file ({exc}); the download may be "
+            "truncated or corrupted: download it again"
+        ) from None
 
 
 def _resolve(path: Path) -> tuple[Path, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,6 +47,47 @@ def test_set_items():
         "checkpoint=[true]",
     ]
     assert api.set_items(["repeat=3"]) == ["repeat=3"]
+    assert api.set_items("rounds=1") == ["rounds=1"]  # one item, not its characters
+    with pytest.raises(UserError, match=r"expected a mapping or key=value strings, got \[3\]"):
+        api.set_items([3])
+
+
+UNGUARDED = """\
+from bench import api
+api.run("tiny", sets="rounds=1", quiet=True)
+"""
+GUARDED = """\
+from bench import api
+
+if __name__ == "__main__":
+    run = api.run("tiny", sets="rounds=1", filters="mode=p2p,cp=2", quiet=True)
+    print([c.status for c in run.cases])
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_what_to_add(suite_dir: Path):
+    """Ranks re-import the main script (multiprocessing's forkserver): an unguarded api.run would run again in
+    every rank and fail every case with no Python error; it is refused at once, saying what to add."""
+    for name, text in (("unguarded.py", UNGUARDED), ("guarded.py", GUARDED)):
+        (suite_dir / name).write_text(text)
+    done = subprocess.run(
+        [sys.executable, "unguarded.py"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "unguarded.py:2 starts ranks from the top level of the script: every rank imports the script again "
+            "before it runs (multiprocessing's forkserver), which would run this line again in each; put it under "
+            '`if __name__ == "__main__":`'
+        )
+    ), done.stderr
+    done = subprocess.run(
+        [sys.executable, "guarded.py"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['ok']"
 
 
 def test_dataframe_without_pandas_says_what_to_do(monkeypatch):

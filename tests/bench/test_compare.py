@@ -310,6 +310,23 @@ def test_fail_on_regression_fails_when_nothing_was_compared(files, tmp_path, cap
     assert "has no cases after --filter), so the gate cannot pass" in capsys.readouterr().err
 
 
+def test_fail_on_regression_fails_when_no_case_got_a_verdict(files, tmp_path, capsys):
+    """Every round contended (a busy CI host): no verdict anywhere, so the gate fails (exit 6, as bench gate)
+    instead of passing a change it never judged."""
+    busy = Contention(foreign=0.5, steal=0.0, load_before=2.0, load_after=2.0)
+    cases = [ok(case("ulysses"), 100), ok(case("p2p"), 100, seed=1)]
+    for result in cases:
+        for r in result.rounds:
+            r.contention = busy
+    save_result(run_of(*cases), tmp_path / "contended.json")
+    args = ["compare", str(files["base"]), str(tmp_path / "contended.json")]
+    assert main(args) == 0  # without the flag: only reported
+    capsys.readouterr()
+    assert main([*args, "--fail-on-regression"]) == compare.EXIT_NO_VERDICT == 6
+    err = capsys.readouterr().err
+    assert "no case got a verdict (0 too noisy, 2 contended, 0 not comparable)" in err
+
+
 def test_user_errors_are_one_line_exit_1(files, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not a git checkout
     assert main(["compare", str(files["base"]), "no-such-ref"]) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.launch import estimate
 from bench.launch.preflight import check_cases
@@ -62,6 +63,33 @@ def test_malformed_yaml_names_the_line(write_scenario):
     assert msg.startswith("scenarios/s.yaml:") and "malformed YAML" in msg and "fix the syntax" in msg
     line = int(msg.split(":")[1])
     assert line in (8, 9)
+
+
+@pytest.mark.parametrize(
+    ("nesting", "message"),
+    [
+        ("[" * 2000 + "]" * 2000, "scenarios/s.yaml: nested far more than the 32 levels"),  # PyYAML recurses
+        ("[" * 40 + "]" * 40, "scenarios/s.yaml:8: nested 33 levels deep, more than the 32"),
+    ],
+    ids=["2000-levels", "40-levels"],
+)
+def test_deep_nesting_is_refused_with_one_line(write_scenario, nesting, message):
+    msg = error_of(load, write_scenario, BASE + f"description: {nesting}\n")
+    assert msg.startswith(message) and msg.endswith("flatten it"), msg
+
+
+def test_a_huge_file_is_refused_before_it_is_parsed(write_scenario):
+    msg = error_of(load, write_scenario, BASE + "description: [" + "1, " * 400_000 + "1]\n")
+    assert msg.startswith("scenarios/s.yaml: 1.1 MiB, more than the 1 MiB"), msg
+
+
+def test_yaml_is_parsed_once(write_scenario, monkeypatch):
+    composed = []
+    real = yaml.SafeLoader.get_single_node
+    monkeypatch.setattr(yaml.SafeLoader, "get_single_node", lambda self: composed.append(1) or real(self))
+    monkeypatch.setattr(yaml, "safe_load", lambda *a: pytest.fail("parsed a second time"))
+    load(write_scenario, BASE)
+    assert composed == [1]
 
 
 def test_not_a_mapping(write_scenario):

@@ -6,6 +6,7 @@ Each returns plain picklable results (errors, flags, comparisons); the tests ass
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import torch
@@ -635,3 +636,22 @@ def listening_addresses(launcher_pid: int) -> dict[str, list[str]]:
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
     return {"launcher": _listening(launcher_pid), "ranks": [a for addresses in every for a in addresses]}
+
+
+def every_mode_then_delay(world: int, seed: int) -> int:
+    """Every mode (summary modes with overlap off and on) forward and backward, then one rank, drawn from
+    `seed`, waits a random while before returning (and tearing down): the rank that finishes first must not
+    reset the connections its peers still read from."""
+    rank = dist.get_rank()
+    x = torch.randn(2, 6 * world, LAYER["hidden_size"], generator=torch.Generator().manual_seed(seed))
+    for mode in modes_for(world):
+        for overlap in (False, True) if mode in SUMMARY_MODES else (False,):
+            torch.manual_seed(seed)
+            layer = GatedDeltaNet(layer_config("fp32"))
+            LinearAttentionContextParallel(mode=mode, overlap=overlap).apply(layer)
+            layer(shard_sequence(x, dist.group.WORLD)).square().sum().backward()
+    draw = torch.Generator().manual_seed(seed)
+    late = int(torch.randint(world, (1,), generator=draw))
+    if rank == late:
+        time.sleep(0.3 * float(torch.rand((), generator=draw)))
+    return rank

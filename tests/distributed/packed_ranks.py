@@ -7,6 +7,7 @@ Errors are relative: max |cp - reference| / max |reference| per tensor, in the r
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
@@ -331,9 +332,29 @@ def error_messages() -> dict[str, str]:
         "ulysses_cu_end": _message(lambda: op(torch.tensor([0, 4, 9]), mode="ulysses")),
         "all_gather_disagree": _message(lambda: op(torch.tensor([0, 4 + rank, 8]), mode="all_gather")),
     }
+    # Ranks that call differently (issue 21): every rank raises the same ValueError, naming the argument.
+    x = torch.zeros(1, 4, LAYER["hidden_size"], dtype=torch.float64)
+    theirs = {
+        "num_v_heads": ({}, {"num_v_heads": 4 * (rank + 1)}, {}),
+        "mode": ({}, {}, {"mode": "p2p" if rank == 0 else "scan"}),
+        "ulysses_or_p2p": ({}, {}, {"mode": "ulysses" if rank == 0 else "p2p"}),
+        "chunk_size": ({}, {"chunk_size": 4 * (rank + 1)}, {}),
+        "checkpoint_summary": ({}, {}, {"mode": "p2p", "checkpoint_summary": rank == 0}),
+        "overlap": ({}, {}, {"mode": "scan", "overlap": rank == 0}),
+        "layout": ({}, {}, {"mode": "all_gather", "layout": ("contiguous", "zigzag")[rank]}),
+        "dtype": ({"dtype": (torch.float64, torch.float32)[rank]}, {}, {}),
+    }
+    for name, (cast, config, style) in theirs.items():
+        layer = GatedDeltaNet(replace(layer_config(2), **config))
+        if "dtype" in cast:
+            layer = layer.to(cast["dtype"])
+        LinearAttentionContextParallel(**{"mode": "all_gather", **style}).apply(layer)
+        out[f"ranks_differ_{name}"] = _message(lambda layer=layer, cast=cast: layer(x.to(**cast)))
+    out["op_ranks_differ_chunk_size"] = _message(lambda: op(chunk_size=8 * (rank + 1)))
+    out["op_ranks_differ_mode"] = _message(lambda: op(mode=("p2p", "ulysses")[rank]))
+    out["op_ranks_differ_states"] = _message(lambda: op(output_final_state=rank == 0))
     for mode in MODES:
         layer = LinearAttentionContextParallel(mode=mode).apply(GatedDeltaNet(layer_config(2)))
-        x = torch.zeros(1, 4, LAYER["hidden_size"], dtype=torch.float64)
         out[f"layer_{mode}_cu_end"] = _message(
             lambda layer=layer, x=x: layer(x, cu_seqlens=torch.tensor([0, 9]))
         )

@@ -45,3 +45,10 @@ def test_nothing_listens_beyond_this_host() -> None:
     assert seen["launcher"] and all(a.startswith("127.0.0.1:") for a in seen["launcher"]), seen
     wildcard = ("0.0.0.0:", ":::")
     assert not [a for a in seen["launcher"] + seen["ranks"] if a.startswith(wildcard)], seen
+
+
+@pytest.mark.parametrize(("world", "seed"), [(2, 0), (3, 1), (4, 2), (2, 3), (3, 4), (4, 5)])
+def test_ranks_tear_down_cleanly_after_every_mode(world: int, seed: int) -> None:
+    """Issue 21: ranks that ran every mode's exchanges, one of them late to tear down, all exit 0 (a rank
+    that destroyed its group first used to reset its peers' last transfers; see teardown_process_group)."""
+    assert run_on_ranks(cp_ranks.every_mode_then_delay, world, (world, seed), timeout_s=60) == list(range(world))

@@ -135,6 +135,30 @@ def test_one_rank_with_a_bad_batch_stops_every_rank(results) -> None:
     assert rank0.startswith("ValueError: CP rank(s) [1] rejected their input")
 
 
+DIFFERING = {
+    # what each rank's message names: the argument, then every rank's value
+    "ranks_differ_num_v_heads": "num_v_heads: rank 0 4, rank 1 8",
+    "ranks_differ_mode": "mode: rank 0 'p2p', rank 1 'scan'",
+    "ranks_differ_ulysses_or_p2p": "mode: rank 0 'ulysses', rank 1 'p2p'",
+    "ranks_differ_chunk_size": "chunk_size: rank 0 4, rank 1 8",
+    "ranks_differ_checkpoint_summary": "checkpoint_summary: rank 0 True, rank 1 False",
+    "ranks_differ_overlap": "overlap: rank 0 True, rank 1 False",
+    "ranks_differ_layout": "layout: rank 0 'contiguous', rank 1 'zigzag'",
+    "ranks_differ_dtype": "dtype: rank 0 'float64', rank 1 'float32'",
+    "op_ranks_differ_chunk_size": "chunk_size: rank 0 8, rank 1 16",
+    "op_ranks_differ_mode": "mode: rank 0 'p2p', rank 1 'ulysses'",
+    "op_ranks_differ_states": "output_final_state: rank 0 True, rank 1 False",
+}
+
+
+@pytest.mark.parametrize("check", sorted(DIFFERING))
+def test_ranks_that_call_differently_raise_together(results, check) -> None:
+    messages = [rank_results["errors"][check] for rank_results in results(2)]
+    assert messages[0] == messages[1], messages
+    assert messages[0].startswith("ValueError: the CP ranks called the layer differently ("), messages[0]
+    assert DIFFERING[check] in messages[0], messages[0]
+
+
 def test_the_group_is_still_in_step_after_every_error(results) -> None:
     assert all(r["errors"]["still_in_step"] == "no error" for r in results(2))
 

@@ -5,6 +5,7 @@ of which only the requested layer's tensors are read."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,22 @@ def test_files_that_are_not_a_qwen35_checkpoint(tmp_path) -> None:
         KeyError, match=r"is not a Qwen3.5 checkpoint: no key contains 'layers.<i>.linear_attn.'"
     ):
         load_linear_attn_state_dict(other, 0)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "bad header length"])
+def test_a_corrupted_safetensors_file_is_named(tmp_path, single, sharded, damage) -> None:
+    """A download cut short or damaged: one ValueError naming the file, never safetensors' bare error."""
+    for source in (single / checkpoint.SINGLE_FILE, sharded / SHARD_1):
+        folder = tmp_path / f"{damage}-{source.parent.name}"
+        shutil.copytree(source.parent, folder)
+        broken = folder / source.name
+        data = broken.read_bytes()
+        broken.write_bytes(
+            {
+                "garbage": b"not a safetensors file at all",
+                "truncated": data[: len(data) // 2],
+                "bad header length": (1 << 40).to_bytes(8, "little") + data[8:],
+            }[damage]
+        )
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(broken))}: not a readable safetensors file"):
+            load_linear_attn_state_dict(folder, 0)

@@ -6,8 +6,9 @@ A mode runs at two levels, on this rank's shard in the mode's layout (gdn_cp.dis
 - the op (`gated_delta_rule`, public as gdn_cp.distributed.cp_chunk_gated_delta_rule): q, k, v, g, beta in,
   outputs and final states out, as gdn_cp.ops.chunk_gated_delta_rule on the whole sequence.
 The base class handles what all modes share: DTensor inputs (a Shard(1) placement; its local shard is used and
-the output is wrapped back), and the local input checks whose verdict rides in the header every mode
-exchanges first (gdn_cp.distributed.layout), so that a bad input raises on every rank together.
+the output is wrapped back), and the header every mode exchanges first (gdn_cp.distributed.header): the
+local input checks' verdict and the call's signature, so that a bad input, or ranks that call differently,
+raise on every rank together.
 """
 
 from __future__ import annotations
@@ -21,16 +22,9 @@ from torch.distributed import ProcessGroup
 from torch.distributed.tensor import DTensor, Shard
 
 from gdn_cp.distributed.collectives import exchange_header, group_rank_size
-from gdn_cp.distributed.comm_stats import Volume
-from gdn_cp.distributed.layout import (
-    DEFAULT_LAYOUT,
-    LocalShard,
-    ShardPlan,
-    agree,
-    check_layout,
-    check_local_input,
-    plan_documents,
-)
+from gdn_cp.distributed.comm_stats import Volume, add_volume
+from gdn_cp.distributed.header import CallSignature, agree, check_local_input, header_words, plan_documents
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, ShardPlan, check_layout
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.ops.inputs import check_gdn_inputs
 
@@ -103,6 +97,13 @@ class CPMode(ABC):
         """Bytes the case's rank sends and receives in one pass at cp > 1 (gdn_cp.distributed.comm_model
         documents the notation)."""
 
+    @staticmethod
+    def header_volume(volume: Volume, case: CommCase) -> None:
+        """Add the header every call starts with (gdn_cp.distributed.header): one all-gather of
+        8 header_words() bytes from and to every other rank."""
+        header = 8 * header_words() * (case.cp - 1)
+        add_volume(volume, "all_gather", header, header)
+
     @classmethod
     def exchange_flops(cls, case: CommCase) -> int:
         """FLOPs this rank spends combining what the exchange brought (folds, compositions), in one pass:
@@ -141,27 +142,44 @@ class CPMode(ABC):
             out = DTensor.from_local(out, placement[0], placement[1], run_check=False)
         return out
 
-    def local_shard(
-        self, shard_len: int, batch: int, cu_seqlens: torch.Tensor | None, check=None
-    ) -> LocalShard:
-        """This rank's header contents (gdn_cp.distributed.layout.check_local_input in this mode's layout)."""
-        return check_local_input(self.layout, shard_len, batch, cu_seqlens, check)
+    def signature(self, **call: object) -> CallSignature:
+        """This call's CallSignature: the mode's own settings and `call`'s fields (the config, dtype and
+        options every rank must pass alike)."""
+        return CallSignature(
+            mode=self.name,
+            layout=self.layout,
+            checkpoint_summary=self.checkpoint_summary,
+            overlap=self.overlap,
+            **call,
+        )
 
-    def agree(
-        self, local: LocalShard, headers: list[list[int]], cu_seqlens: torch.Tensor | None
-    ) -> tuple[ShardPlan, list[int] | None]:
-        """The shard plan from every rank's header, and the checked global document boundaries (None
-        unpacked); raises on every rank together."""
-        plan = agree(self.layout, self.rank, local, headers)
-        return plan, plan_documents(plan, cu_seqlens)
+    def layer_signature(self, config: GatedDeltaNetConfig, x: torch.Tensor) -> CallSignature:
+        """The signature of a layer call on x [B, L, hidden]."""
+        return self.signature(
+            batch=x.shape[0],
+            num_k_heads=config.num_k_heads,
+            num_v_heads=config.num_v_heads,
+            head_k_dim=config.head_k_dim,
+            head_v_dim=config.head_v_dim,
+            dtype=str(x.dtype).removeprefix("torch."),
+            chunk_size=config.chunk_size,
+            hidden_size=config.hidden_size,
+            conv_kernel_size=config.conv_kernel_size,
+        )
 
     def plan_by_header(
-        self, shard_len: int, batch: int, cu_seqlens: torch.Tensor | None, device: torch.device, check=None
+        self,
+        signature: CallSignature,
+        shard_len: int,
+        cu_seqlens: torch.Tensor | None,
+        device: torch.device,
+        check=None,
     ) -> tuple[ShardPlan, list[int] | None]:
-        """`agree` after one header all-gather: the modes and calls whose first exchange cannot carry the
-        header (its sizes depend on the lengths, or there is no halo)."""
-        local = self.local_shard(shard_len, batch, cu_seqlens, check)
-        return self.agree(local, exchange_header(local.header(), self.group, device), cu_seqlens)
+        """The shard plan every rank agrees on after the header all-gather (gdn_cp.distributed.header), and
+        the checked global document boundaries (None unpacked); raises on every rank together."""
+        local = check_local_input(signature, shard_len, cu_seqlens, check)
+        plan = agree(local, self.rank, exchange_header(local.header(), self.group, device))
+        return plan, plan_documents(plan, cu_seqlens)
 
     @abstractmethod
     def forward_shard(
@@ -197,7 +215,21 @@ class CPMode(ABC):
                     "every rank passes the same global initial state(s)"
                 )
 
-        plan, documents = self.plan_by_header(q.shape[1], q.shape[0], cu_seqlens, q.device, check)
+        signature = self.signature(
+            batch=q.shape[0],
+            # a malformed q or v is `check`'s to name; its signature fields are then 0
+            num_k_heads=q.shape[2] if q.dim() == 4 else 0,
+            num_v_heads=v.shape[2] if v.dim() == 4 else 0,
+            head_k_dim=q.shape[3] if q.dim() == 4 else 0,
+            head_v_dim=v.shape[3] if v.dim() == 4 else 0,
+            dtype=str(q.dtype).removeprefix("torch."),
+            chunk_size=chunk_size,
+            initial_state=initial_state is not None,
+            output_final_state=output_final_state,
+            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+            scale=0.0 if scale is None else float(scale),
+        )
+        plan, documents = self.plan_by_header(signature, q.shape[1], cu_seqlens, q.device, check)
         return self.sharded_rule(
             plan,
             (q, k, v, g, beta),

@@ -5,9 +5,8 @@
             -> norm, gate, out-proj
 
 Every rank summarises its pieces in parallel; only summaries or states cross ranks. The chunk preparation
-(UT transform, W, U, masked QK^T) is done once and serves both the summaries and the outputs. The halo
-exchange also carries the header (every piece's length, the input checks), so uneven shards and the checks
-cost no collective of their own in the layer.
+(UT transform, W, U, masked QK^T) is done once and serves both the summaries and the outputs. Every call
+starts with the header (gdn_cp.distributed.header), from which the ranks agree on every piece's length.
 
 Packed documents: the Conv1D halo is cut at the document start. Without states per document (the layer, and
 training), each piece is one run of chunks in which the documents starting inside it are resets (they share
@@ -26,14 +25,9 @@ from abc import abstractmethod
 
 import torch
 
-from gdn_cp.distributed.collectives import (
-    HEADER_DIGITS,
-    exchange_halo_with_header,
-    sum_with_outputs,
-    wants_tail,
-)
+from gdn_cp.distributed.collectives import exchange_halos, sum_with_outputs, wants_tail
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners, pieces_per_rank
+from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.distributed.transfers import InFlight
 from gdn_cp.dtypes import accumulation_dtype
@@ -47,9 +41,6 @@ from gdn_cp.ops import (
     split_chunk_outputs,
 )
 
-HEADER_VALUES_BEYOND_PIECES = 2
-"""Header values after the piece lengths: the input-check flag and the cu_seqlens fingerprint."""
-
 
 def state_bytes(config) -> int:
     """Bytes per element of the states and summaries that cross ranks: the accumulation dtype's."""
@@ -58,7 +49,7 @@ def state_bytes(config) -> int:
 
 def halo_tails(owners: tuple[int, ...], rank: int, width: int) -> tuple[int, int]:
     """(tails sent, tails received) by `rank` in the halo exchange: a piece's tail goes to every other rank
-    holding one of the next `width` pieces (gdn_cp.distributed.collectives.exchange_halo_with_header)."""
+    holding one of the next `width` pieces (gdn_cp.distributed.collectives.exchange_halos)."""
     cp = max(owners) + 1
     sent = sum(
         wants_tail(owners, width, peer, j) for j, o in enumerate(owners) if o == rank for peer in range(cp)
@@ -72,18 +63,18 @@ class SequenceShardMode(CPMode):
 
     @classmethod
     def communication(cls, case: CommCase) -> Volume:
-        """The halo exchange (w = conv_kernel_size - 1, D = 2 Hk K + Hv V, e the dtype's bytes, P pieces per
-        rank): a header of (P + 2) HEADER_DIGITS elements to and from every other rank, and B w D elements per
-        tail, a piece's tail going to every other rank holding one of the next w pieces; the backward sends
-        the same volume back. Then the mode's own exchange (`state_exchange`)."""
+        """The header (`header_volume`), then the halo exchange (w = conv_kernel_size - 1, D = 2 Hk K + Hv V,
+        e the dtype's bytes): B w D elements per tail, a piece's tail going to every other rank holding one
+        of the next w pieces; the backward sends the same volume back. Then the mode's own exchange
+        (`state_exchange`)."""
         config, cp, rank = case.config, case.cp, case.rank
         e = torch.empty((), dtype=config.dtype).element_size()
         width = config.conv_kernel_size - 1
         tail = case.batch * width * config.conv_dim * e
-        header = (pieces_per_rank(case.layout) + HEADER_VALUES_BEYOND_PIECES) * HEADER_DIGITS * e * (cp - 1)
         tails_sent, tails_received = halo_tails(piece_owners(case.layout, cp), rank, width)
-        sent, received = header + tail * tails_sent, header + tail * tails_received
+        sent, received = tail * tails_sent, tail * tails_received
         volume: Volume = {}
+        cls.header_volume(volume, case)
         add_volume(volume, "halo", sent, received)
         if case.backward:
             add_volume(volume, "halo", received, sent)
@@ -112,13 +103,10 @@ class SequenceShardMode(CPMode):
         self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
     ) -> torch.Tensor:
         c = layer.config
+        plan, bounds = self.plan_by_header(self.layer_signature(c, x), x.shape[1], cu_seqlens, x.device)
         p = layer.project(x)
-        local = self.local_shard(x.shape[1], x.shape[0], cu_seqlens)
-        pieces = p.mixed_qkv.split(local.piece_lengths, dim=1)
-        halos, headers = exchange_halo_with_header(
-            pieces, c.conv_kernel_size - 1, self.group, piece_owners(self.layout, self.size), local.header()
-        )
-        plan, bounds = self.agree(local, headers, cu_seqlens)
+        pieces = p.mixed_qkv.split(plan.local_lengths, dim=1)
+        halos = exchange_halos(pieces, c.conv_kernel_size - 1, plan.lengths, self.group, plan.owners)
         segments = plan.segments(bounds)
         mixed = torch.cat(
             [

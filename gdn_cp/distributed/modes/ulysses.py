@@ -22,14 +22,10 @@ import torch
 
 from gdn_cp.distributed.collectives import all_to_all, sum_with_outputs
 from gdn_cp.distributed.comm_stats import Volume, add_volume
-from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank
+from gdn_cp.distributed.layout import ShardPlan
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule
-
-HEADER_BYTES_PER_PIECE = 8
-"""The header all-gather: one int64 per piece length, plus two (the input-check flag and the cu_seqlens
-fingerprint), per rank and call."""
 
 
 class UlyssesMode(CPMode):
@@ -57,7 +53,7 @@ class UlyssesMode(CPMode):
     def communication(cls, case: CommCase) -> Volume:
         """Per all-to-all, each way (forward: 2, backward: 2 more), with L = T / cp and e the dtype's bytes:
         Q/K/V/B/A out B L (cp - 1) (2 Hk K + Hv V + 2 Hv) / cp e; outputs back B L (cp - 1) Hv V / cp e.
-        Every call, the header: 8 (P + 2) (cp - 1) bytes each way (all_gather; P pieces per rank)."""
+        Every call starts with the header (`header_volume`)."""
         config, cp, batch = case.config, case.cp, case.batch
         e = torch.empty((), dtype=config.dtype).element_size()
         L, passes = case.seq_len // cp, 2 if case.backward else 1
@@ -65,8 +61,7 @@ class UlyssesMode(CPMode):
         packed = batch * L * (cp - 1) * (2 * Hk * K + Hv * V + 2 * Hv) // cp * e
         outputs = batch * L * (cp - 1) * Hv * V // cp * e
         volume: Volume = {}
-        header = HEADER_BYTES_PER_PIECE * (pieces_per_rank(case.layout) + 2) * (cp - 1)
-        add_volume(volume, "all_gather", header, header)
+        cls.header_volume(volume, case)
         add_volume(volume, "all_to_all", passes * (packed + outputs), passes * (packed + outputs), 2 * passes)
         return volume
 
@@ -91,7 +86,7 @@ class UlyssesMode(CPMode):
     ) -> torch.Tensor:
         c, cp, r = layer.config, self.size, self.rank
         B, L, _ = x.shape
-        plan, bounds = self.plan_by_header(L, B, cu_seqlens, x.device)
+        plan, bounds = self.plan_by_header(self.layer_signature(c, x), L, cu_seqlens, x.device)
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
