@@ -78,9 +78,9 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(suite_dir: Path):
         done.stderr.strip()
         .splitlines()[-1]
         .endswith(
-            "unguarded.py:2 starts ranks from the top level of the script: every rank imports the script again "
-            "before it runs (multiprocessing's forkserver), which would run this line again in each; put it under "
-            '`if __name__ == "__main__":`'
+            "unguarded.py:2 starts ranks from the top level of the script: every rank imports the script "
+            "again before it runs (multiprocessing's forkserver), which would run this line again in each; "
+            'put it under `if __name__ == "__main__":`'
         )
     ), done.stderr
     done = subprocess.run(

@@ -51,4 +51,5 @@ def test_nothing_listens_beyond_this_host() -> None:
 def test_ranks_tear_down_cleanly_after_every_mode(world: int, seed: int) -> None:
     """Issue 21: ranks that ran every mode's exchanges, one of them late to tear down, all exit 0 (a rank
     that destroyed its group first used to reset its peers' last transfers; see teardown_process_group)."""
-    assert run_on_ranks(cp_ranks.every_mode_then_delay, world, (world, seed), timeout_s=60) == list(range(world))
+    ranks = run_on_ranks(cp_ranks.every_mode_then_delay, world, (world, seed), timeout_s=60)
+    assert ranks == list(range(world))
