@@ -32,8 +32,9 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.commands import compare as compare_command
 from bench.console import console as default_console
+from bench.console import print_warning
 from bench.errors import UserError
-from bench.launch.gitrefs import FileSide, resolve_side
+from bench.launch.gitrefs import FileSide, Side, resolve_side
 from bench.results.analysis import source_label
 from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs
 from bench.results.gate import GateResult, Outcome, accuracy_table, gate, timing_table
@@ -135,21 +136,39 @@ def _timing_run(path: Path) -> RunResult:
     return run
 
 
-def _records(paths: Sequence[str], flag: str, case_filter: CaseFilter) -> list[Verification]:
-    """The checks of verify files, narrowed by --filter; UserError for a file that holds none."""
+def _records(
+    paths: Sequence[str], flag: str, case_filter: CaseFilter
+) -> tuple[list[Verification], dict[str, str]]:
+    """The checks of verify files, narrowed by --filter, and each file's commit; UserError for a file that
+    holds none."""
     out: list[Verification] = []
+    commits: dict[str, str] = {}
     for p in paths:
         run = load_result(p)
         if not run.verifications:
             what = "timing cases: give it as BASE or HEAD" if run.cases else "no checks"
             raise UserError(f"{flag} {p}: not a `bench verify` file ({what})")
         out += [r for r in run.verifications if case_filter.matches(r.case)]
-    return out
+        commits[p] = run.environment.git_commit
+    return out, commits
+
+
+def _warn_other_commits(flag: str, commits: dict[str, str], run: RunResult, side: str) -> None:
+    """A warning per verify file whose commit is not the one its side's timings ran."""
+    ran = run.environment.git_commit
+    for path, commit in commits.items():
+        if commit != ran:
+            print_warning(
+                f"{flag} {path}: its checks ran at commit {commit[:12]}, but {side}'s timings at {ran[:12]}: "
+                f"the gate's exactness is then not {side}'s; verify at {ran[:12]} (bench verify ... at that "
+                "commit)"
+            )
 
 
 def _run_paths(
     base: str,
     head: str,
+    sides: tuple[Side, Side],
     scenarios: Sequence[str],
     *,
     sets: Sequence[str],
@@ -161,7 +180,6 @@ def _run_paths(
     save_dir: str | None,
 ) -> tuple[Path, Path] | None:
     """Both sides' result files: as given, or run from refs by `bench compare` (None: interrupted)."""
-    sides = [resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd())]
     if all(isinstance(s, FileSide) for s in sides):
         if scenarios or sets or device:
             raise UserError(
@@ -223,6 +241,7 @@ def run(
 ) -> int:
     """Gate HEAD against BASE on timing and head's accuracy checks; returns the exit code (EXIT_CODES)."""
     console = console or default_console
+    sides = (resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd()))  # a missing file first
     if not verify:
         raise UserError(
             "give head's accuracy checks with --verify FILE (a result file of `bench verify`, e.g. "
@@ -230,11 +249,12 @@ def run(
         )
     compare_command.check_thresholds(factor, alpha)
     case_filter = parse_filters(filters)
-    head_records = _records(verify, "--verify", case_filter)
-    base_records = _records(base_verify, "--base-verify", case_filter)
+    head_records, head_commits = _records(verify, "--verify", case_filter)
+    base_records, base_commits = _records(base_verify, "--base-verify", case_filter)
     paths = _run_paths(
         base,
         head,
+        sides,
         scenarios,
         sets=sets,
         filters=filters,
@@ -247,6 +267,8 @@ def run(
     if paths is None:
         return 130
     base_run, head_run = (_timing_run(p) for p in paths)
+    _warn_other_commits("--verify", head_commits, head_run, "head")
+    _warn_other_commits("--base-verify", base_commits, base_run, "base")
     base_run, head_run = (
         dataclasses.replace(r, cases=[c for c in r.cases if case_filter.matches(c.case)])
         for r in (base_run, head_run)

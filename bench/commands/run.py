@@ -246,8 +246,13 @@ def execute(
         previous = [c for c in opened.run.cases if c.status == "ok"]
         seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
         writer = opened if leader else None  # the file keeps the command line of the run it began with
-        complete = {c.key for c in previous if len(c.rounds) >= c.case.rounds}
-        console.print(f"resuming {escape(resume)}: {len(complete)} cases done")
+        complete = sum(len(c.rounds) >= c.case.rounds for c in previous)
+        rounds_done = sum(len(c.rounds) for c in previous)
+        rounds_wanted_total = sum(c.rounds for c in cases)
+        console.print(
+            f"resuming {escape(display(Path(resume)))}: {complete} of {len(cases)} cases done, "
+            f"{rounds_done} of {rounds_wanted_total} case-rounds"
+        )
     else:
         previous, seed = [], new_seed()
         command = command_argv(

@@ -18,7 +18,29 @@ def check_gdn_inputs(
     beta: torch.Tensor,
     initial_state: torch.Tensor | None = None,
 ) -> None:
-    """Raise ValueError naming the argument whose shape does not fit the layout of gdn_cp.ops."""
+    """Raise ValueError naming the argument whose shape, dtype or device does not fit gdn_cp.ops: q, k, v of
+    one floating dtype (the op's compute and output dtype); g, beta and initial_state floating (g and beta
+    may be kept in fp32 beside bf16 q, k, v, as FLA allows); every tensor on one device.
+
+    g is the log decay, <= 0 in the model (g = -exp(A_log) softplus(...)): the state is scaled by exp(g) per
+    token. A positive g is not refused (checking it would read the tensor, a device sync) but amplifies the
+    state, which overflows over long sequences.
+    """
+    named = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+    if initial_state is not None:
+        named["initial_state"] = initial_state
+    for name, t in named.items():
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(
+            f"q, k, v must share one dtype (the op computes and returns it); got q {q.dtype}, k {k.dtype}, "
+            f"v {v.dtype}: cast them alike, e.g. .to(torch.bfloat16)"
+        )
+    devices = {name: t.device for name, t in named.items()}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} {device}" for name, device in devices.items())
+        raise ValueError(f"every input must be on one device; got {listed}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
             "q, k, v must be 4-D [B, T, H, D]; "

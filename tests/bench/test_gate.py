@@ -153,6 +153,29 @@ def test_bad_input_is_a_user_error(tmp_path, capsys):
     assert main(["gate", b, str(tmp_path / "missing.json"), "--verify", v]) == 1
 
 
+def test_a_missing_side_is_named_before_the_missing_verify(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not a git checkout
+    b, _, _ = files(tmp_path, timing_run(), timing_run(), verify_run())
+    assert main(["gate", "missing.json", b]) == 1
+    err = capsys.readouterr().err
+    assert "missing.json: no such result file, and not a git ref either" in err and "--verify" not in err
+
+
+def test_a_verify_file_of_another_commit_is_warned_about(tmp_path, capsys):
+    verify = verify_run()
+    commit = verify.environment.git_commit
+    b, h, v = files(tmp_path, timing_run(git_commit=commit), timing_run(git_commit=commit), verify)
+    assert main(["gate", b, h, "--verify", v]) == 0
+    assert "warning" not in capsys.readouterr().err
+    b, h, v = files(tmp_path, timing_run(), timing_run(git_commit="b" * 40), verify)
+    assert main(["gate", b, h, "--verify", v]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"warning: --verify {v}: its checks ran at commit {commit[:12]}, but head's timings at bbbbbbbbbbbb"
+        in err
+    )
+
+
 def test_filter_narrows_both_timing_and_checks(tmp_path):
     b, h, v = files(tmp_path, timing_run(), timing_run(), verify_run(exact=False))
     # the failing check is ulysses'; narrowed to p2p the change passes

@@ -45,7 +45,9 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
     assert first.command == ["bench", "run", "tiny", "--filter", "cp=1", "--output", str(out)]
 
     # resume without the filter: the two cp=2 cases run, the cp=1 ones are kept as they were
+    capsys.readouterr()
     assert run_command.run(["tiny"], resume=str(out)) == 0
+    assert "resuming out.json: 2 of 4 cases done, 4 of 8 case-rounds" in capsys.readouterr().out
     run = load_result(out)
     assert sorted(c.case.case_id for c in run.cases) == [
         "p2p-ckpt-cp1-T64-fwd_bwd",
@@ -199,6 +201,15 @@ def test_user_errors_are_one_red_line(suite_dir: Path, capsys, argv, message):
     captured = capsys.readouterr()
     assert captured.err.startswith(message), captured.err
     assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+def test_resume_counts_the_rounds_already_done(suite_dir: Path, capsys):
+    """A run stopped after its first round has no case complete, but half its case-rounds: say both."""
+    out = suite_dir / "out.json"
+    assert run_command.run(["tiny"], filters=["cp=1"], output=str(out), stop_after_round=1) == 0
+    capsys.readouterr()
+    assert run_command.run(["tiny"], filters=["cp=1"], resume=str(out)) == 0
+    assert "resuming out.json: 0 of 2 cases done, 2 of 4 case-rounds" in capsys.readouterr().out
 
 
 def test_resume_refuses_a_changed_scenario(suite_dir: Path):

@@ -38,6 +38,27 @@ BAD_INPUTS: list[tuple[str, Callable[[GDNInputs], GDNInputs], str]] = [
     ("g_wrong_heads", lambda x: _replace(x, g=x.g[..., :2]), r"^g must be \[B, T, Hv\]"),
     ("g_missing_batch", lambda x: _replace(x, g=x.g[0]), r"^g must be \[B, T, Hv\]"),
     ("beta_wrong_length", lambda x: _replace(x, beta=x.beta[:, :5]), r"^beta must be \[B, T, Hv\]"),
+    (
+        "mixed_fp32_fp64",
+        lambda x: _replace(x, v=x.v.to(torch.float32 if x.q.dtype == torch.float64 else torch.float64)),
+        r"^q, k, v must share one dtype .*got q torch.float\d+, k torch.float\d+, v torch.float\d+",
+    ),
+    (
+        "integer_q",
+        lambda x: _replace(x, q=x.q.long()),
+        r"^q must be a floating-point tensor, got torch.int64",
+    ),
+    (
+        "integer_g",
+        lambda x: _replace(x, g=x.g.long()),
+        r"^g must be a floating-point tensor, got torch.int64",
+    ),
+    (
+        "bool_beta",
+        lambda x: _replace(x, beta=x.beta > 0),
+        r"^beta must be a floating-point tensor, got torch.bool",
+    ),
+    ("meta_v", lambda x: _replace(x, v=x.v.to("meta")), r"^every input must be on one device; got .*v meta"),
 ]
 
 
