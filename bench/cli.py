@@ -10,6 +10,7 @@ from bench import __version__
 from bench.commands import COMMANDS
 from bench.console import print_error
 from bench.errors import UserError
+from bench.results.store import ResultWriteError
 from gdn_cp.distributed import PlatformError
 
 
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._main(args) or 0)
     except (UserError, PlatformError) as exc:
         print_error(str(exc))
+        return 1
+    except ResultWriteError as exc:  # a result file that cannot be written (disk full): it keeps what it held
+        print_error(exc.strerror or str(exc))
         return 1
 
 

@@ -29,7 +29,7 @@ from bench.commands.session import (
     run_environment,
 )
 from bench.commands.verify import is_verification_run
-from bench.console import CaseProgress
+from bench.console import CaseProgress, print_error
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.launcher import (
@@ -47,7 +47,7 @@ from bench.launch.sweep import run_rounds
 from bench.measure.rank import measure_on_rank
 from bench.results.env import Environment
 from bench.results.statistics import format_estimate
-from bench.results.store import SESSION_ENV, CaseResult, ResultWriter, RunResult
+from bench.results.store import SESSION_ENV, CaseResult, ResultWriteError, ResultWriter, RunResult
 from bench.results.tables import case_line
 from bench.suite.config import Case
 from bench.suite.filters import parse_filters
@@ -294,6 +294,15 @@ def execute(
                 f"continue with `{escape(again)}`"
             )
         return RunOutcome(exit_code=130, run=record, path=path)
+    except ResultWriteError as exc:
+        assert writer is not None  # only a writer writes
+        again = resume_command(scenarios, sets, filters, device, config, display(writer.path))
+        print_error(
+            f"{exc.strerror}: the run stopped; {display(writer.path)} holds the {writer.saved} case "
+            f"result{'' if writer.saved == 1 else 's'} saved before (the file is whole; the case that could "
+            f"not be saved runs again): free space or fix the folder, then continue with `{again}`"
+        )
+        return RunOutcome(exit_code=1, run=record, path=path)
     if writer is None:
         record.cases = list(results)
     else:

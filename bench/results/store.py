@@ -397,10 +397,16 @@ def result_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
+class ResultWriteError(OSError):
+    """A result file could not be written (the disk full, the folder gone or read-only). The file, written
+    atomically, still holds what it held before the failed write."""
+
+
 def save_result(run: RunResult, path: str | Path, *, new: bool = False) -> None:
     """Write atomically: a temporary file in the same folder, then os.replace over `path`. `new`: `path`
     must not exist (FileExistsError): the temporary file is hard-linked to it instead, which fails on a
-    taken name, so that two runs can never write one file."""
+    taken name, so that two runs can never write one file. ResultWriteError (one error, the temporary file
+    removed) when the file system refuses the write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -414,6 +420,13 @@ def save_result(run: RunResult, path: str | Path, *, new: bool = False) -> None:
             _link_new(tmp, path)
         else:
             os.replace(tmp, path)
+    except FileExistsError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        # from None: closing the half-written file fails again (ENOSPC twice), which says nothing more
+        raise ResultWriteError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -450,6 +463,7 @@ class ResultWriter:
                     continue
                 raise
             self.path = candidate
+            self.saved = 0
             return
 
     @classmethod
@@ -458,19 +472,27 @@ class ResultWriter:
         writer = cls.__new__(cls)
         writer.path = Path(path)
         writer.run = load_result(path)
+        writer.saved = len(writer.run.cases) + len(writer.run.verifications)
         return writer
+
+    saved: int
+    """Records (cases and verify records) the file held after its last successful write."""
 
     def add(self, result: CaseResult) -> None:
         """Record a case (replacing an earlier result of the same case, e.g. a failure being retried)."""
         self.run.cases = [c for c in self.run.cases if c.key != result.key]
         self.run.cases.append(result)
-        save_result(self.run, self.path)
+        self._save()
 
     def add_verification(self, record: Verification) -> None:
         """Record a `bench verify` case (replacing an earlier record of the same check and case)."""
         self.run.verifications = [v for v in self.run.verifications if v.key != record.key]
         self.run.verifications.append(record)
-        save_result(self.run, self.path)
+        self._save()
+
+    def _save(self) -> None:
+        save_result(self.run, self.path)  # ResultWriteError: the file keeps its last `saved` records
+        self.saved = len(self.run.cases) + len(self.run.verifications)
 
 
 def _slug(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from bench.cli import main
 from bench.commands import run as run_command
 from bench.errors import UserError
 from bench.launch.estimate import estimate_peak_bytes
+from bench.results import store
 from bench.results.store import clean_rounds, load_result
 from bench.suite.filters import parse_filters
 
@@ -210,6 +212,32 @@ def test_resume_counts_the_rounds_already_done(suite_dir: Path, capsys):
     capsys.readouterr()
     assert run_command.run(["tiny"], filters=["cp=1"], resume=str(out)) == 0
     assert "resuming out.json: 0 of 2 cases done, 2 of 4 case-rounds" in capsys.readouterr().out
+
+
+def test_a_full_disk_stops_the_run_and_keeps_what_was_saved(suite_dir: Path, capsys, monkeypatch):
+    """ENOSPC on the third write: one red line (where the results are, why, the resume command), exit 1; the
+    file holds the two saved case-rounds, loads, and the printed command finishes the run."""
+    out = suite_dir / "out.json"
+    real_fsync, writes = store.os.fsync, []
+
+    def fsync(fd: int) -> None:
+        writes.append(fd)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(store.os, "fsync", fsync)
+    assert main(["run", "tiny", "--filter", "cp=1", "--output", str(out)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(f"error: cannot write {out}: No space left on device: the run stopped; out.json ")
+    assert "holds the 1 case result saved before (the file is whole;" in err  # the file, then one case-round
+    assert err.endswith("then continue with `bench run tiny --filter cp=1 --resume out.json`")
+    assert not list(suite_dir.glob(".out.json.*.tmp"))  # the temporary file of the failed write is gone
+    kept = load_result(out)
+    assert len(kept.cases) == 1 and len(kept.cases[0].rounds) == 1
+    monkeypatch.setattr(store.os, "fsync", real_fsync)
+    assert main(["run", "tiny", "--filter", "cp=1", "--resume", str(out)]) == 0
+    assert all(len(c.rounds) == 2 for c in load_result(out).cases) and len(load_result(out).cases) == 2
 
 
 def test_resume_refuses_a_changed_scenario(suite_dir: Path):
