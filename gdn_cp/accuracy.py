@@ -8,6 +8,7 @@ bar. `compare_layer_under_cp` runs on every rank of a process group.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,7 @@ from gdn_cp.distributed.collectives import all_reduce_gradients, group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.sharding import gather_sequence, shard_sequence
-from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.layers import GatedDeltaNetConfig, seeded_layer
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,8 @@ class ErrorStats:
 
 
 def error_stats(actual: torch.Tensor, reference: torch.Tensor) -> ErrorStats:
-    a, r = actual.detach().double(), reference.detach().double()
+    # in fp64 on the host: devices without fp64 (Ascend) compute it there, and one reduction syncs once
+    a, r = (t.detach().to("cpu", torch.float64) for t in (actual, reference))
     diff = a - r
     max_abs = diff.abs().max().item() if diff.numel() else 0.0
     ref_absmax = r.abs().max().item() if r.numel() else 0.0
@@ -169,7 +171,11 @@ class LayerComparison:
 
 def _grad_norm(module: torch.nn.Module) -> float:
     return math.sqrt(
-        sum(p.grad.double().pow(2).sum().item() for p in module.parameters() if p.grad is not None)
+        sum(
+            p.grad.detach().to("cpu", torch.float64).pow(2).sum().item()
+            for p in module.parameters()
+            if p.grad is not None
+        )
     )
 
 
@@ -205,10 +211,8 @@ def compare_layer_under_cp(
     """
     rank, _ = group_rank_size(group)
     gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    ref = GatedDeltaNet(config, device=device)
-    cp_layer = GatedDeltaNet(config, device=device)
-    cp_layer.load_state_dict(ref.state_dict())
+    ref = seeded_layer(config, seed, device)  # drawn on the CPU: the same weights on any device
+    cp_layer = copy.deepcopy(ref)
     x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
     grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
 

@@ -39,7 +39,7 @@ import os
 from pathlib import Path
 
 from bench.suite.config import Case
-from gdn_cp.distributed import Platform, mode_class
+from gdn_cp.distributed import Platform, mode_class, probe_devices
 from gdn_cp.distributed.layout import pieces_per_rank
 from gdn_cp.dtypes import accumulation_dtype, to_dtype
 
@@ -118,10 +118,11 @@ def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def available_bytes(platform: Platform) -> tuple[int | None, bool]:
     """(bytes available to the ranks, shared_by_local_ranks).
 
-    cpu: the host's available memory, shared by every local rank. npu/cuda: the free memory of one device
-    (Platform.memory_info), each rank having its own.
+    cpu: the host's available memory, shared by every local rank. npu/cuda: the least free memory of this
+    host's devices (each rank has its own; read by a probe process, so that this one creates no device
+    context: gdn_cp.distributed.launch.probe_devices).
     """
     if platform.device_type == "cpu":
         return host_available_bytes(), True
-    info = platform.memory_info()
-    return (info[0] if info is not None else None), False
+    devices = probe_devices(platform)
+    return (min(d.free_bytes for d in devices) if devices else None), False

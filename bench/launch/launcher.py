@@ -35,7 +35,14 @@ from bench.results.store import Status
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection
-from gdn_cp.distributed import Platform, RankFailure, default_threads_per_rank, teardown_process_group
+from gdn_cp.distributed import (
+    Platform,
+    RankFailure,
+    default_threads_per_rank,
+    init_rank_group,
+    probe_devices,
+    teardown_process_group,
+)
 
 RankFn = Callable[[Case, str], Any]
 """What each rank runs, given the case and the device kind: bench.measure.rank.measure_on_rank (returning
@@ -222,9 +229,8 @@ class TorchrunLauncher:
     def group(self) -> Iterator[None]:
         """Join the job's process group (init from the environment, the platform's backend)."""
         torch.set_num_threads(threads_per_rank(self.threads_per_rank, self.job.local_world_size))
-        self.platform.set_device(self.job.local_rank)
         timeout = datetime.timedelta(seconds=self.timeout_s)
-        dist.init_process_group(self.platform.backend, timeout=timeout)
+        init_rank_group(self.platform, timeout)
         try:
             yield
         except BaseException:
@@ -275,7 +281,7 @@ def _max_local_ranks(platform: Platform, job: TorchrunEnv | None) -> int | None:
         return None
     if platform.device_type == "cpu":
         return MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
-    return platform.device_count()
+    return len(probe_devices(platform))
 
 
 def warn_oversubscription(cases: Sequence[Case], launcher: LocalLauncher | TorchrunLauncher) -> None:

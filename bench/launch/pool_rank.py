@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from bench.launch.stuck import DUMP_SIGNAL
-from gdn_cp.distributed.launch import LOOPBACK, is_peer_error, teardown_process_group
+from gdn_cp.distributed.launch import LOOPBACK, init_rank_group, is_peer_error, teardown_process_group
 from gdn_cp.distributed.platform import resolve_platform
 
 PR_SET_PDEATHSIG = 1
@@ -87,16 +87,14 @@ def rank_main(setup: RankSetup, conn: Connection) -> None:
         MASTER_PORT=str(setup.store_port),
     )
     torch.set_num_threads(setup.threads)
-    platform = resolve_platform(setup.device)
-    platform.set_device(setup.rank)
     timeout = datetime.timedelta(seconds=setup.timeout_s)
     store = dist.TCPStore(LOOPBACK, setup.store_port, is_master=False, timeout=timeout)
-    dist.init_process_group(
-        platform.backend,
+    init_rank_group(
+        resolve_platform(setup.device),
+        timeout,
         store=dist.PrefixStore(setup.prefix, store),
         rank=setup.rank,
         world_size=setup.world_size,
-        timeout=timeout,
     )
     # What is alive now (modules, torch) stays alive: leave it out of every later collection, so that the
     # gc.collect() before a memory reading (bench.measure.memory) takes milliseconds instead of 0.1 s.

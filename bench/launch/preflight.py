@@ -1,6 +1,7 @@
 """The checks of a command's cases against this host, before any rank starts: shapes the mode cannot split
 (gdn_cp.distributed.check_cp_shapes, in the case's layout), document boundaries the layer would refuse
-(gdn_cp.ops.document_bounds on the case's cu_seqlens), more local ranks than the host can run, and a rough
+(gdn_cp.ops.document_bounds on the case's cu_seqlens), fp64 on an NPU (no fp64 matmul on Ascend), more
+local ranks than the host can run, and a rough
 memory estimate above what is available (bench.launch.estimate; when chunk_size exceeds the shard, it is
 named as the cause: the chunked op pads the shard to whole chunks, each with C x C matrices). Each error
 names the scenario file, line and fix, through the Locator the scenario was read with (the file is not
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import torch
+
 from bench.launch.estimate import available_bytes, estimate_peak_bytes, human_bytes
 from bench.suite.config import Case, Scenario
 from bench.suite.loader import Locator
 from gdn_cp.distributed import Platform, check_cp_shapes
+from gdn_cp.dtypes import to_dtype
 from gdn_cp.ops import check_packed_batch, document_bounds
 
 
@@ -29,6 +33,15 @@ def check_cases(
     """Refuse cases that cannot run here (see the module docstring); the memory check is skipped when
     `platform` is None or cannot tell what is available, the rank check when `max_local_ranks` is None."""
     length_key = "local_seq_len" if any(s.local_seq_len for s in scenario.effective_sweeps()) else "seq_len"
+    cases = list(cases)
+    for case in cases:
+        if platform is not None and platform.device_type == "npu" and to_dtype(case.dtype) == torch.float64:
+            raise locate.error(
+                ("dtype",),
+                "dtype",
+                f"case {case.case_id}: fp64 on npu: Ascend NPUs have no fp64 matrix units; use fp32 or bf16 "
+                "there (bench verify's metrics are computed in fp64 on the host), or fp64 with --device cpu",
+            )
     available, shared = available_bytes(platform) if platform is not None else (None, False)
     for case in cases:
         config = case.layer_config()

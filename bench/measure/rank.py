@@ -36,9 +36,10 @@ from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, 
 from bench.measure.memory import measure_peak
 from bench.measure.throughput import matmul_gflops
 from bench.suite.config import Case
-from gdn_cp import GatedDeltaNet, LinearAttentionContextParallel
-from gdn_cp.distributed import Platform, local_rank, resolve_platform, shard_sequence
+from gdn_cp import LinearAttentionContextParallel
+from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform, shard_sequence
 from gdn_cp.dtypes import accumulation_dtype, to_dtype
+from gdn_cp.layers import seeded_layer
 
 
 @dataclass(kw_only=True, slots=True)
@@ -92,8 +93,7 @@ def build_pass(
     """
     device = platform.device(local_rank())
     config = case.layer_config()
-    torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: same weights on every rank
-    layer = GatedDeltaNet(config, device=device)
+    layer = seeded_layer(config, case.seed, device)  # drawn on the CPU: the same weights on any device
     generator = torch.Generator().manual_seed(case.seed + 1)
     shape = (case.batch, case.seq_len, case.hidden_size)
     x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout)
@@ -153,7 +153,7 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     platform = resolve_platform(device_kind)
     # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
     pinned = platform.device_type == "cpu" and pin_threads(
-        local_rank(), dist.get_world_size(), torch.get_num_threads()
+        local_rank(), local_world_size(), torch.get_num_threads()
     )
     # The contention window: building, warmup and the timed passes (long enough for /proc/stat's ticks).
     load_before, ticks_before, cpu_before = load_average(), cpu_ticks(), time.process_time()

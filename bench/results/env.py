@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from gdn_cp.distributed import Platform
+from gdn_cp.distributed import Platform, probe_devices
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout whose code is benchmarked (bench and gdn_cp live side by side)."""
@@ -124,6 +124,15 @@ def torch_npu_version() -> str | None:
         return None
 
 
+def host_device_name(platform: Platform) -> str:
+    """The name of this host's devices (the CPU's on cpu; distinct accelerator names joined), read without
+    a device context in this process (gdn_cp.distributed.launch.probe_devices)."""
+    if platform.device_type == "cpu":
+        return platform.device_name(0)
+    names = sorted({d.name for d in probe_devices(platform)})
+    return ", ".join(names) or f"no {platform.device_type} device"
+
+
 def collect_environment(
     platform: Platform, *, threads_per_rank: int | None, world_sizes: list[int], launcher: str
 ) -> Environment:
@@ -136,7 +145,7 @@ def collect_environment(
         torch_version=torch.__version__,
         torch_npu_version=torch_npu_version(),
         device_type=platform.device_type,
-        device_name=platform.device_name(),
+        device_name=host_device_name(platform),
         backend=platform.backend,
         hostname=socket.gethostname(),
         cpu_model=cpu_model(),

@@ -16,7 +16,10 @@ from gdn_cp.distributed.functional import cp_chunk_gated_delta_rule
 from gdn_cp.distributed.launch import (
     RankFailure,
     default_threads_per_rank,
+    init_rank_group,
     local_rank,
+    local_world_size,
+    probe_devices,
     run_on_ranks,
     teardown_process_group,
 )
@@ -31,7 +34,7 @@ from gdn_cp.distributed.modes import (
     mode_class,
     mode_order,
 )
-from gdn_cp.distributed.platform import DEVICES, Platform, PlatformError, resolve_platform
+from gdn_cp.distributed.platform import DEVICES, DeviceInfo, Platform, PlatformError, resolve_platform
 from gdn_cp.distributed.sharding import check_layout_split, gather_sequence, shard_sequence
 from gdn_cp.distributed.transfers import InFlight, all_gather_stack, shift_pieces, state_chain
 
@@ -44,6 +47,7 @@ __all__ = [
     "SUMMARY_MODES",
     "CPMode",
     "CommStats",
+    "DeviceInfo",
     "InFlight",
     "Layout",
     "LinearAttentionContextParallel",
@@ -65,9 +69,12 @@ __all__ = [
     "exchange_halos",
     "exchange_header",
     "gather_sequence",
+    "init_rank_group",
     "local_rank",
+    "local_world_size",
     "mode_class",
     "mode_order",
+    "probe_devices",
     "resolve_platform",
     "run_on_ranks",
     "shard_sequence",

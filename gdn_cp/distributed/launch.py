@@ -13,6 +13,7 @@ choose who hosts it and what address the ranks are told), so they are not used.
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime
 import multiprocessing
 import os
@@ -36,7 +37,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from gdn_cp.distributed.platform import resolve_platform
+from gdn_cp.distributed.platform import DeviceInfo, Platform, PlatformError, read_devices, resolve_platform
 
 
 class RankFailure(RuntimeError):
@@ -197,6 +198,66 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def local_world_size() -> int:
+    """Ranks on this host (LOCAL_WORLD_SIZE, set by run_on_ranks, pools and torchrun; else the world size,
+    else 1): what shares this host's cores and memory."""
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        return int(os.environ["LOCAL_WORLD_SIZE"])
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def init_rank_group(platform: Platform, timeout: datetime.timedelta, **kwargs: Any) -> None:
+    """Join the process group as this process's rank: set_device(LOCAL_RANK) first, then init_process_group
+    with the platform's backend and, on an accelerator, `device_id` = that device. NCCL (and HCCL) then bind
+    the communicator to it at once instead of guessing at the first collective (a barrier guesses device
+    `rank % count`; a batch_isend_irecv as the first collective needs the bound device). `kwargs` go to
+    init_process_group (store, rank, world_size)."""
+    index = local_rank()
+    platform.set_device(index)
+    device_id = None if platform.device_type == "cpu" else platform.device(index)
+    dist.init_process_group(platform.backend, timeout=timeout, device_id=device_id, **kwargs)
+
+
+PROBE_TIMEOUT_S = 120.0
+"""How long the device probe may take (a context per device; seconds on a node of 8 GPUs)."""
+
+
+def _probe_main(device_type: str, conn: Any) -> None:
+    conn.send(read_devices(resolve_platform(device_type)))
+    conn.close()
+
+
+_probed: dict[str, tuple[DeviceInfo, ...]] = {}
+
+
+def probe_devices(platform: Platform) -> tuple[DeviceInfo, ...]:
+    """Every accelerator of this host (name, free and total memory), read once per process by a short-lived
+    child (forked from the ranks' server: no torch import to pay), so that this process, a launcher, never
+    creates a device context (gdn_cp.distributed.platform); () on cpu. PlatformError when the probe fails."""
+    if platform.device_type == "cpu":
+        return ()
+    if platform.device_type not in _probed:
+        ctx = rank_context()
+        receive, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_probe_main, args=(platform.device_type, send), daemon=True)
+        child.start()
+        send.close()
+        found = None
+        if receive.poll(PROBE_TIMEOUT_S):
+            with contextlib.suppress(EOFError):  # the probe died before it answered
+                found = receive.recv()
+        child.join(5)
+        if found is None:
+            child.kill()
+            raise PlatformError(
+                f"reading this host's {platform.device_type} devices failed (the probe process exited with "
+                f"{child.exitcode}, or took over {PROBE_TIMEOUT_S:.0f} s); check the driver with "
+                "`bench doctor`"
+            )
+        _probed[platform.device_type] = found
+    return _probed[platform.device_type]
+
+
 def default_threads_per_rank(world_size: int) -> int:
     """Cores divided by ranks, at least one."""
     return max(1, (os.cpu_count() or 1) // world_size)
@@ -251,9 +312,7 @@ def _rank_main(
 ) -> Any:
     os.environ.update(env)
     torch.set_num_threads(threads)
-    platform = resolve_platform(device)
-    platform.set_device(local_rank())
-    dist.init_process_group(platform.backend, timeout=datetime.timedelta(seconds=timeout_s))
+    init_rank_group(resolve_platform(device), datetime.timedelta(seconds=timeout_s))
     try:
         result = fn(*args)
     except Exception as exc:

@@ -2,6 +2,12 @@
 
 auto -> npu (torch_npu importable and a device present), else cuda (a GPU present), else cpu
 npu  -> hccl,  cuda -> nccl,  cpu -> gloo
+
+A process queries an accelerator only after `set_device` chose it (`memory_info`, `device_name` and
+`synchronize` raise otherwise): the first query of a device creates a context on it (hundreds of MiB, and
+in EXCLUSIVE_PROCESS mode the device is then taken), so a launcher that asked device 0 before its ranks
+started would hold one on every node's GPU 0 and keep rank 0 out of it. A launcher learns the devices from
+`read_devices`, run in a short-lived child (gdn_cp.distributed.launch.probe_devices).
 """
 
 from __future__ import annotations
@@ -21,6 +27,20 @@ BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 class PlatformError(RuntimeError):
     """The asked-for device cannot be used here; the message says what to install or choose."""
+
+
+_chosen: dict[str, int] = {}
+"""Device type -> the index `set_device` chose in this process (none: no device may be queried)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One accelerator of this host, as `read_devices` found it."""
+
+    index: int
+    name: str
+    free_bytes: int
+    total_bytes: int
 
 
 def _npu_module():
@@ -48,12 +68,27 @@ class Platform:
         return getattr(torch, self.device_type)
 
     def set_device(self, local_rank: int) -> None:
+        """Make device `local_rank` this process's (the first call that may create a context on it)."""
         if self.device_type != "cpu":
             self._module().set_device(local_rank)
+            _chosen[self.device_type] = local_rank
+
+    def _check_chosen(self, index: int | None, what: str) -> None:
+        """PlatformError when device `index` (None: any) is queried before set_device chose it (module
+        docstring)."""
+        chosen = _chosen.get(self.device_type)
+        if chosen is None or (index is not None and chosen != index):
+            raise PlatformError(
+                f"{what} of {self.device_type}:{'?' if index is None else index} asked before set_device "
+                "chose it in this process: that would create a context on the device; call set_device "
+                "first, or read the devices with "
+                "gdn_cp.distributed.launch.probe_devices from a launcher"
+            )
 
     def synchronize(self) -> None:
         """Wait for queued device work; a no-op on cpu, where ops run synchronously."""
         if self.device_type != "cpu":
+            self._check_chosen(None, "synchronize")
             self._module().synchronize()
 
     @property
@@ -81,17 +116,34 @@ class Platform:
         """Accelerators visible to this process (npu, cuda); None on cpu, where ranks share the cores."""
         return None if self.device_type == "cpu" else self._module().device_count()
 
-    def memory_info(self, local_rank: int = 0) -> tuple[int, int] | None:
-        """(free, total) bytes of this rank's device (npu, cuda: mem_get_info); None on cpu, whose ranks
-        share the host's memory (read /proc/meminfo)."""
+    def memory_info(self, local_rank: int) -> tuple[int, int] | None:
+        """(free, total) bytes of this rank's device (npu, cuda: mem_get_info, after set_device); None on
+        cpu, whose ranks share the host's memory (read /proc/meminfo)."""
         if self.device_type == "cpu":
             return None
+        self._check_chosen(local_rank, "memory_info")
         return tuple(self._module().mem_get_info(local_rank))  # type: ignore[return-value]
 
-    def device_name(self, local_rank: int = 0) -> str:
+    def device_name(self, local_rank: int) -> str:
+        """The device's name (after set_device on an accelerator); the CPU's on cpu."""
         if self.device_type == "cpu":
             return _host.processor() or _host.machine()
+        self._check_chosen(local_rank, "device_name")
         return self._module().get_device_name(local_rank)
+
+
+def read_devices(platform: Platform) -> tuple[DeviceInfo, ...]:
+    """Every accelerator of this host, each chosen with set_device before it is queried (a context on each:
+    run it in a process of its own, gdn_cp.distributed.launch.probe_devices); () on cpu."""
+    if platform.device_type == "cpu":
+        return ()
+    out = []
+    for index in range(platform.device_count() or 0):
+        platform.set_device(index)
+        info = platform.memory_info(index)
+        assert info is not None
+        out.append(DeviceInfo(index, platform.device_name(index), info[0], info[1]))
+    return tuple(out)
 
 
 def resolve_platform(device: str = "auto") -> Platform:

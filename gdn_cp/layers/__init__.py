@@ -1,7 +1,13 @@
 """Model layers built on gdn_cp.ops, and loading their weights from Qwen3.5 checkpoints."""
 
 from gdn_cp.layers.checkpoint import linear_attn_keys, linear_attn_state_dict, load_linear_attn_state_dict
-from gdn_cp.layers.gated_deltanet import GatedDeltaNet, GatedDeltaNetConfig, GDNProjections, ShardForward
+from gdn_cp.layers.gated_deltanet import (
+    GatedDeltaNet,
+    GatedDeltaNetConfig,
+    GDNProjections,
+    ShardForward,
+    seeded_layer,
+)
 
 __all__ = [
     "GDNProjections",
@@ -11,4 +17,5 @@ __all__ = [
     "linear_attn_keys",
     "linear_attn_state_dict",
     "load_linear_attn_state_dict",
+    "seeded_layer",
 ]

@@ -274,3 +274,14 @@ class GatedDeltaNet(nn.Module):
         c = self.config
         heads = f"Hk={c.num_k_heads}, Hv={c.num_v_heads}, K={c.head_k_dim}, V={c.head_v_dim}"
         return f"hidden={c.hidden_size}, {heads}, conv={c.conv_kernel_size}, chunk={c.chunk_size}"
+
+
+def seeded_layer(config: GatedDeltaNetConfig, seed: int, device: torch.device | str = "cpu") -> GatedDeltaNet:
+    """A GatedDeltaNet whose weights depend on `seed` alone, whatever the device: initialised on the CPU from
+    a generator seeded with `seed`, then moved to `device`. Drawn on the device, they would depend on its RNG
+    (CUDA's, NPU's and the CPU's give other numbers), so ranks on different kinds of device, or a device rank
+    and a CPU reference, would hold different layers. The caller's CPU RNG state is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layer = GatedDeltaNet(config)
+    return layer.to(device)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
+from bench.launch import estimate, launcher
 from bench.launch.estimate import (
     ACTIVATION_FACTOR,
     available_bytes,
@@ -15,8 +17,9 @@ from bench.launch.estimate import (
     padded_tokens,
     parameter_count,
 )
+from bench.results import env
 from bench.suite.config import Case, Scenario, Sweep
-from gdn_cp.distributed import resolve_platform
+from gdn_cp.distributed import DeviceInfo, Platform, resolve_platform
 from gdn_cp.layers import GatedDeltaNet
 
 
@@ -111,3 +114,26 @@ def test_zigzag_pads_each_piece_and_documents_pad_nothing():
     packed = case(documents=[{"count": 64, "lengths": "lognormal"}])
     assert padded_tokens(packed) == padded_tokens(case())
     assert estimate_peak_bytes(packed) == estimate_peak_bytes(case())
+
+
+def test_the_launcher_reads_devices_without_a_context_of_its_own(monkeypatch):
+    """Issue 20: the parent of the ranks never queries an accelerator itself (a context on GPU 0 of every
+    node, and EXCLUSIVE_PROCESS keeping rank 0 out); memory, names and counts come from the probe process,
+    and the least free device is the one checked (not device 0's alone)."""
+    calls: list[str] = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            return lambda *a, **k: calls.append(name)
+
+    monkeypatch.setattr(torch, "cuda", Recorder())
+    devices = (DeviceInfo(0, "H200", 90 * 2**30, 140 * 2**30), DeviceInfo(1, "H200", 7 * 2**30, 140 * 2**30))
+    probed: list[str] = []
+    monkeypatch.setattr(estimate, "probe_devices", lambda p: probed.append("estimate") or devices)
+    monkeypatch.setattr(env, "probe_devices", lambda p: probed.append("env") or devices)
+    monkeypatch.setattr(launcher, "probe_devices", lambda p: probed.append("launcher") or devices)
+    platform = Platform("cuda", "nccl")
+    assert estimate.available_bytes(platform) == (7 * 2**30, False)  # the least free device
+    assert env.host_device_name(platform) == "H200"
+    assert launcher._max_local_ranks(platform, None) == 2
+    assert probed == ["estimate", "env", "launcher"] and calls == []

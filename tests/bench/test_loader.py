@@ -18,7 +18,7 @@ from bench.suite.loader import (
     parse_overrides,
     read_scenario,
 )
-from gdn_cp.distributed import resolve_platform
+from gdn_cp.distributed import Platform, resolve_platform
 
 BASE = """\
 hidden_size: 64
@@ -200,6 +200,14 @@ def test_case_that_cannot_fit_in_memory(write_scenario, monkeypatch):
     # the same case fits when the host has room
     monkeypatch.setattr(estimate, "host_available_bytes", lambda: 2**50)
     check(write_scenario, text, platform=resolve_platform("cpu"))
+
+
+def test_fp64_on_an_npu_is_refused_before_any_rank_starts(write_scenario, monkeypatch):
+    monkeypatch.setattr(estimate, "probe_devices", lambda p: pytest.fail("refused before memory is read"))
+    text = BASE + "dtype: fp64\n"
+    msg = error_of(check, write_scenario, text, platform=Platform("npu", "hccl"))
+    assert msg.startswith("scenarios/s.yaml:") and ": dtype: case " in msg, msg
+    assert "fp64 on npu: Ascend NPUs have no fp64 matrix units; use fp32 or bf16 there" in msg
 
 
 def test_weak_scaling_memory_error_names_local_seq_len(write_scenario, monkeypatch):

@@ -82,14 +82,16 @@ def _case(mode: str, cp: int, seq_len: int, **kw) -> Case:
 
 def test_critical_paths_scale_as_each_mode_relays() -> None:
     """With latency only, p2p's communication grows like cp - 1 hops, scan's like ceil(log2 cp) rounds; the
-    halo (an all-to-all-v) is in both; all_gather's collective like cp - 1 ring steps."""
+    header (an all-gather) and the halo (an all-to-all-v) are in every summary mode; all_gather's collective
+    grows like cp - 1 ring steps."""
     links = _links(latency_s=1e-3, bandwidth=1e30)
-    halo = {cp: comm_seconds(_case("p2p", cp, 1024), links) - 2 * (cp - 1) * 1e-3 for cp in (2, 4, 8, 16)}
+    shared = {cp: comm_seconds(_case("p2p", cp, 1024), links) - 2 * (cp - 1) * 1e-3 for cp in (2, 4, 8, 16)}
     for cp in (2, 4, 8, 16):
-        assert halo[cp] == pytest.approx(2 * (cp - 1) * 1e-3)  # two halo all-to-alls, cp - 1 steps each
-        scan = comm_seconds(_case("scan", cp, 1024), links) - halo[cp]
+        # the header's all-gather and the halo's two all-to-alls (forward, backward), cp - 1 steps each
+        assert shared[cp] == pytest.approx(3 * (cp - 1) * 1e-3)
+        scan = comm_seconds(_case("scan", cp, 1024), links) - shared[cp]
         assert scan == pytest.approx(2 * math.ceil(math.log2(cp)) * 1e-3)
-        gather = comm_seconds(_case("all_gather", cp, 1024), links) - halo[cp]
+        gather = comm_seconds(_case("all_gather", cp, 1024), links) - shared[cp]
         assert gather == pytest.approx(2 * (cp - 1) * 1e-3)
     zigzag = comm_seconds(_case("p2p", 4, 1024, layout="zigzag"), links)
     assert zigzag > comm_seconds(_case("p2p", 4, 1024), links)  # 2 cp pieces: 2 cp - 1 hops

@@ -12,7 +12,16 @@ import types
 import pytest
 import torch
 
-from gdn_cp.distributed import PlatformError, resolve_platform
+from gdn_cp.distributed import DeviceInfo, Platform, PlatformError, init_rank_group, resolve_platform
+from gdn_cp.distributed import launch as launch_module
+from gdn_cp.distributed import platform as platform_module
+from gdn_cp.distributed.platform import read_devices
+
+
+@pytest.fixture(autouse=True)
+def no_device_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh process: no set_device yet."""
+    monkeypatch.setattr(platform_module, "_chosen", {})
 
 
 class FakeDeviceModule:
@@ -44,7 +53,7 @@ class FakeDeviceModule:
 def test_auto_is_cpu_with_gloo_here() -> None:
     platform = resolve_platform("auto")
     assert (platform.device_type, platform.backend) == ("cpu", "gloo")
-    assert platform.device_count() is None and platform.memory_info() is None
+    assert platform.device_count() is None and platform.memory_info(0) is None
     assert not platform.has_allocator_stats
     with pytest.raises(PlatformError, match="profiler meter"):
         platform.max_memory_allocated()
@@ -79,7 +88,7 @@ def test_npu_path_uses_torch_npu_and_hccl(monkeypatch: pytest.MonkeyPatch) -> No
     assert platform.max_memory_allocated() == 123
     assert platform.memory_info(3) == (3 * 2**30, 64 * 2**30)
     assert platform.device_count() == 8
-    assert platform.device_name(0) == "Ascend910B"
+    assert platform.device_name(3) == "Ascend910B"
     assert [c[0] for c in npu.calls] == [
         "set_device",
         "synchronize",
@@ -105,5 +114,69 @@ def test_cuda_path_uses_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch_npu", None)
     platform = resolve_platform("auto")
     assert (platform.device_type, platform.backend) == ("cuda", "nccl")
-    assert platform.memory_info() == (3 * 2**30, 64 * 2**30)
+    platform.set_device(0)
+    assert platform.memory_info(0) == (3 * 2**30, 64 * 2**30)
     assert ("mem_get_info", 0) in cuda.calls
+
+
+@pytest.mark.parametrize("query", ["memory_info", "device_name"])
+def test_a_device_is_never_queried_before_set_device_chose_it(monkeypatch, query) -> None:
+    """Issue 20: a query of a device this process did not choose would create a context on it (a launcher
+    asking device 0 held a context on every node's GPU 0): refused, naming what to do instead."""
+    cuda = FakeDeviceModule()
+    monkeypatch.setattr(torch, "cuda", cuda)
+    platform = Platform("cuda", "nccl")
+    with pytest.raises(PlatformError, match=r"cuda:2 asked before set_device chose it in this process"):
+        getattr(platform, query)(2)
+    with pytest.raises(PlatformError, match="asked before set_device"):
+        platform.synchronize()
+    assert cuda.calls == []  # refused before reaching the device
+    platform.set_device(1)
+    with pytest.raises(PlatformError, match=r"cuda:2 asked before set_device"):
+        getattr(platform, query)(2)  # another device than the chosen one
+    getattr(platform, query)(1)
+    assert [c[0] for c in cuda.calls] == [
+        "set_device",
+        {"memory_info": "mem_get_info"}.get(query, "get_device_name"),
+    ]
+
+
+def test_read_devices_chooses_each_device_before_it_asks_it(monkeypatch) -> None:
+    cuda = FakeDeviceModule()
+    monkeypatch.setattr(torch, "cuda", cuda)
+    devices = read_devices(Platform("cuda", "nccl"))
+    assert devices == tuple(DeviceInfo(i, "Ascend910B", 3 * 2**30, 64 * 2**30) for i in range(8))
+    calls = [c for c in cuda.calls if c[0] != "device_count"]
+    for i in range(8):
+        assert calls[3 * i : 3 * i + 3] == [("set_device", i), ("mem_get_info", i), ("get_device_name", i)]
+
+
+def test_init_rank_group_sets_the_device_then_binds_the_group_to_it(monkeypatch) -> None:
+    """Issue 20: set_device(LOCAL_RANK) before init_process_group, and device_id given on an accelerator
+    (NCCL binds the communicator at once instead of guessing the device at the first collective)."""
+    cuda, seen = FakeDeviceModule(), []
+    monkeypatch.setattr(torch, "cuda", cuda)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    monkeypatch.setattr(
+        launch_module.dist,
+        "init_process_group",
+        lambda backend, **kw: seen.append((list(cuda.calls), backend, kw)),
+    )
+    timeout = launch_module.datetime.timedelta(seconds=7)
+    init_rank_group(Platform("cuda", "nccl"), timeout, world_size=16)
+    ((calls_before, backend, kwargs),) = seen
+    assert calls_before == [("set_device", 5)] and backend == "nccl"
+    assert kwargs == {"timeout": timeout, "device_id": torch.device("cuda", 5), "world_size": 16}
+    seen.clear()
+    init_rank_group(Platform("cpu", "gloo"), timeout)
+    assert seen[0][2] == {"timeout": timeout, "device_id": None}  # gloo: no device to bind
+
+
+def test_the_probe_runs_in_a_child_and_fails_with_one_line(monkeypatch) -> None:
+    """probe_devices reads the devices in a process of its own; here no GPU exists, so the child fails and
+    the launcher gets one PlatformError saying what to check (and this process chose no device)."""
+    monkeypatch.setattr(launch_module, "_probed", {})
+    with pytest.raises(PlatformError, match=r"reading this host's cuda devices failed .* `bench doctor`"):
+        launch_module.probe_devices(Platform("cuda", "nccl"))
+    assert platform_module._chosen == {}
+    assert launch_module.probe_devices(Platform("cpu", "gloo")) == ()

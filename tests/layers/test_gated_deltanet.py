@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
 
-from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig, seeded_layer
 from gdn_cp.ops import recurrent_gated_delta_rule
 from tests.ops.helpers import assert_close_scaled
 
@@ -149,3 +150,39 @@ def test_bf16_layer_runs_and_is_close_to_fp32() -> None:
     # out_proj, the core's and the norm's outputs: 9 roundings of at most eps/2 each, adding up like a random
     # walk (factor 2: twice eps/2 per rounding, for the conditioning of the q/k and output norms).
     assert_close_scaled(y, y_ref, torch.bfloat16, terms=9, factor=2, check_dtype=False, msg="bf16 layer:")
+
+
+class _RandomDraws(TorchDispatchMode):
+    """Records the device of every tensor a random initialiser fills."""
+
+    RANDOM = frozenset(
+        {torch.ops.aten.uniform_.default, torch.ops.aten.normal_.default, torch.ops.aten.bernoulli_.float}
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.devices: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.RANDOM:
+            self.devices.add(args[0].device.type)
+        return func(*args, **(kwargs or {}))
+
+
+def test_seeded_weights_are_drawn_on_the_cpu_whatever_the_device() -> None:
+    """Issue 20: weights drawn on a device depend on its RNG; seeded_layer draws them on the CPU and moves
+    them, so a rank on a GPU, one on an NPU and a CPU reference hold the same layer ("meta" stands in for a
+    device here: every draw must still happen on the CPU)."""
+    config = GatedDeltaNetConfig.from_hf_config(_hf_config())
+    with _RandomDraws() as draws:
+        layer = seeded_layer(config, 7, "meta")
+    assert draws.devices == {"cpu"}
+    assert {p.device.type for p in layer.parameters()} == {"meta"}
+    a, b, c = seeded_layer(config, 7), seeded_layer(config, 7), seeded_layer(config, 8)
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+    assert not torch.equal(a.A_log, c.A_log)
+    state = torch.random.get_rng_state()
+    seeded_layer(config, 7)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's RNG is left alone
