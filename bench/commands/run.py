@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,12 +241,15 @@ def execute(
     leader = leads(job)
     console = console_for(job, console)
     command: list[str] | None = None
-    if resume:
+    if resume and not leader:
+        # a torchrun follower, on whichever node: the leader reads the file and shares its skips and seed
+        previous, seed, writer = [], new_seed(), None
+    elif resume:
         env = run_environment(suite, selections, platform, job)
-        opened = _open_resumed(resume, selections, env, job)  # every rank reads it: same skips
+        opened = _open_resumed(resume, selections, env, job)
         previous = [c for c in opened.run.cases if c.status == "ok"]
         seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
-        writer = opened if leader else None  # the file keeps the command line of the run it began with
+        writer = opened  # the file keeps the command line of the run it began with
         complete = sum(len(c.rounds) >= c.case.rounds for c in previous)
         rounds_done = sum(len(c.rounds) for c in previous)
         rounds_wanted_total = sum(c.rounds for c in cases)
@@ -308,7 +312,8 @@ def execute(
     else:
         console.print()
         show.render(writer.run, console)
-        console.print(f"results: {escape(display(writer.path))}")
+        where = f" (on {socket.gethostname()}, rank 0)" if job is not None else ""
+        console.print(f"results: {escape(display(writer.path))}{where}")
     code = 2 if any(r.status == "failed" for r in results) else 0
     return RunOutcome(exit_code=code, run=record, path=path)
 
@@ -341,9 +346,15 @@ def _run_with_progress(
     stop_after: int | None,
 ) -> list[CaseResult]:
     """Run the cases' rounds under a progress bar, one status line per finished case and round."""
+    # the bar's count: the leader's view (a follower's console prints nothing)
     done = {c.key: len(c.rounds) for c in previous}
     with launcher.group(), CaseProgress(console, slots_left(cases, done, stop_after)) as progress:
-        record.schedule_seed = seed = launcher.agree(seed)  # a writer saves it with the first result
+        # the leader's (a torchrun job's rank 0, the one that read the file): every rank runs one schedule
+        seed, previous = launcher.agree((seed, list(previous)))
+        record.schedule_seed = seed  # a writer saves it with the first result
+        record.environment.nodes = launcher.nodes  # a torchrun job's nodes, agreed on joining
+        if writer is not None and launcher.nodes is not None:
+            console.print(f"writing {escape(str(writer.path.resolve()))} on {socket.gethostname()} (rank 0)")
 
         def line(slot: Slot, result: CaseResult) -> str:
             text = f"r{slot.round + 1}/{rounds_wanted(slot.case, stop_after)} " + case_line(result)

@@ -27,6 +27,7 @@ def run_environment(
         threads_per_rank=suite.config.threads_per_rank,
         world_sizes=[c.cp for s in selections for c in s.cases],
         launcher="local" if job is None else "torchrun",
+        local_rank=None if job is None else job.local_rank,
     )
 
 

@@ -115,14 +115,19 @@ def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
         return None
 
 
-def available_bytes(platform: Platform) -> tuple[int | None, bool]:
+def available_bytes(platform: Platform, local_rank: int | None = None) -> tuple[int | None, bool]:
     """(bytes available to the ranks, shared_by_local_ranks).
 
-    cpu: the host's available memory, shared by every local rank. npu/cuda: the least free memory of this
-    host's devices (each rank has its own; read by a probe process, so that this one creates no device
-    context: gdn_cp.distributed.launch.probe_devices).
+    cpu: the host's available memory, shared by every local rank. npu/cuda: a launcher (`local_rank`
+    None) takes the least free memory of this host's devices, read by a probe process so that it creates no
+    device context (gdn_cp.distributed.launch.probe_devices); a torchrun rank its own device's, which it
+    chooses first.
     """
     if platform.device_type == "cpu":
         return host_available_bytes(), True
+    if local_rank is not None:
+        platform.set_device(local_rank)
+        info = platform.memory_info(local_rank)
+        return (info[0] if info is not None else None), False
     devices = probe_devices(platform)
     return (min(d.free_bytes for d in devices) if devices else None), False

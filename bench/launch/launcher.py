@@ -7,37 +7,41 @@
   next case. Threads per rank are explicit (the suite's threads_per_rank, else cores // ranks), and the
   suite's timeout_s is both the collective timeout and each case's wall-clock limit.
 - torchrun: when RANK and WORLD_SIZE are set, `bench run` is already one rank of a job (possibly multi-node).
-  It joins the job's process group once and runs each case as that rank (its pools are that one group);
-  cases whose cp is not the job's world size are skipped with the reason. Only rank 0 writes results.
+  It joins the job's process group once, checks that every node runs the same code, torch and devices, and
+  runs each case with cp up to the job's world size on global ranks 0 .. cp - 1, in a group of its own
+  (bench.launch.job: a failing case fails alone). Only global rank 0 writes results.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from bench.console import print_warning
+from bench.launch.job import CaseRunner, JobStuck, agree_on_nodes, job_store
 from bench.launch.pool import RankPool
 from bench.launch.preflight import check_cases
 from bench.measure.memory import PROFILER_PRELOAD
 from bench.measure.rank import RankResults, measure_on_rank
+from bench.results.env import NodeEnvironment, node_environment
 from bench.results.store import Status
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection
 from gdn_cp.distributed import (
     Platform,
-    RankFailure,
     default_threads_per_rank,
     init_rank_group,
     probe_devices,
@@ -48,6 +52,8 @@ RankFn = Callable[[Case, str], Any]
 """What each rank runs, given the case and the device kind: bench.measure.rank.measure_on_rank (returning
 RankResults) for `bench run`, the verify and profile rank functions (bench.verification, bench.profiling);
 tests pass a module-level function that fails on purpose. Rank 0's return value is the launch's result."""
+
+T = TypeVar("T")
 
 MAX_RANKS_PER_CORE = 4
 """A local cpu launch refuses more ranks than this many per core: they would only measure contention."""
@@ -61,6 +67,8 @@ class TorchrunEnv:
     world_size: int
     local_rank: int
     local_world_size: int
+    node: int = 0
+    """This node's index in the job (torchrun's GROUP_RANK)."""
 
 
 def torchrun_env(environ: Mapping[str, str] | None = None) -> TorchrunEnv | None:
@@ -74,6 +82,7 @@ def torchrun_env(environ: Mapping[str, str] | None = None) -> TorchrunEnv | None
         world_size=world,
         local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
         local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+        node=int(env.get("GROUP_RANK", "0")),
     )
 
 
@@ -152,6 +161,8 @@ class LocalLauncher:
         self.threads_per_rank = threads_per_rank
         self.timeout_s = timeout_s
         self.rank_fn = rank_fn
+        self.nodes: list[NodeEnvironment] | None = None
+        """One host: its environment is the run's own."""
 
     def ranks_on_host(self, case: Case) -> int:
         return case.cp
@@ -163,9 +174,9 @@ class LocalLauncher:
     def threads_for(self, case: Case) -> int:
         return threads_per_rank(self.threads_per_rank, case.cp)
 
-    def agree(self, seed: int) -> int:
-        """The schedule seed every process uses: this one's (one process decides)."""
-        return seed
+    def agree(self, value: T) -> T:
+        """What every process uses (the schedule seed, the resumed cases): this one's (one process)."""
+        return value
 
     @contextlib.contextmanager
     def pool(self, cp: int) -> Iterator[PoolRunner]:
@@ -191,7 +202,9 @@ class LocalLauncher:
 
 
 class TorchrunLauncher:
-    """Runs each case as this rank of the torchrun job; the process group lives for the whole sweep."""
+    """Runs each case as this rank of the torchrun job (bench.launch.job): every case with cp up to the job's
+    world size, in a group of its own over global ranks 0 .. cp - 1, its outcome shared through the job's
+    store; the job's process group lives for the whole sweep."""
 
     def __init__(
         self,
@@ -207,6 +220,13 @@ class TorchrunLauncher:
         self.threads_per_rank = threads_per_rank
         self.timeout_s = timeout_s
         self.rank_fn = rank_fn
+        # A rank function that takes a group runs any cp <= world size; one that does not (verify, profile)
+        # runs in the job's own group, so only at cp == world size.
+        self.takes_group = "group" in inspect.signature(rank_fn).parameters
+        self.nodes: list[NodeEnvironment] | None = None
+        """Every node's environment (set in `group`)."""
+        self._runner: CaseRunner | None = None
+        self._stuck: str | None = None
 
     def ranks_on_host(self, case: Case) -> int:
         return self.job.local_world_size
@@ -214,11 +234,12 @@ class TorchrunLauncher:
     def threads_for(self, case: Case) -> int:
         return threads_per_rank(self.threads_per_rank, self.job.local_world_size)
 
-    def agree(self, seed: int) -> int:
-        """Rank 0's schedule seed, on every rank (inside `group`): all ranks must run one order."""
-        chosen = [seed]
+    def agree(self, value: T) -> T:
+        """Rank 0's `value` (the schedule seed, the resumed cases: rank 0 alone reads the result file), on
+        every rank (inside `group`): all ranks must run one schedule."""
+        chosen = [value]
         dist.broadcast_object_list(chosen, src=0)
-        return int(chosen[0])
+        return chosen[0]
 
     @contextlib.contextmanager
     def pool(self, cp: int) -> Iterator[TorchrunLauncher]:
@@ -227,11 +248,25 @@ class TorchrunLauncher:
 
     @contextlib.contextmanager
     def group(self) -> Iterator[None]:
-        """Join the job's process group (init from the environment, the platform's backend)."""
+        """Join the job's process group (its device set first, the platform's backend), agree on every
+        node's environment, and open the job's store for the cases' outcomes."""
         torch.set_num_threads(threads_per_rank(self.threads_per_rank, self.job.local_world_size))
         timeout = datetime.timedelta(seconds=self.timeout_s)
         init_rank_group(self.platform, timeout)
         try:
+            local = node_environment(
+                self.platform,
+                node=self.job.node,
+                ranks=self.job.local_world_size,
+                device_name=self.platform.device_name(self.job.local_rank),
+            )
+            self.nodes = agree_on_nodes(local)
+            self._runner = CaseRunner(
+                backend=self.platform.backend,
+                timeout_s=self.timeout_s,
+                store=job_store(timeout),
+                watch_store=job_store(timeout),
+            )
             yield
         except BaseException:
             dist.destroy_process_group()  # no barrier: the other ranks may never get there
@@ -240,28 +275,35 @@ class TorchrunLauncher:
 
     def run(self, case: Case) -> Outcome:
         start = time.perf_counter()
-        if case.cp != self.job.world_size:
+        world = self.job.world_size
+        most = world if self.takes_group else None
+        if case.cp > world or (most is None and case.cp != world):
+            needs = f"cp={case.cp} ranks" if case.cp > world else f"a job of exactly cp={case.cp} ranks"
             return Outcome(
                 status="skipped",
                 error=(
-                    f"needs cp={case.cp} ranks but this torchrun job has {self.job.world_size}; run it in a "
-                    f"job of {case.cp} ranks (torchrun --nproc-per-node {case.cp} ...)"
+                    f"needs {needs} but this torchrun job has {world}; run it in a job of {case.cp} ranks "
+                    f"(torchrun --nproc-per-node {case.cp} ...)"
                 ),
             )
-        results: RankResults | None = None
-        mine: tuple[int, str] | None = None
+        if self._stuck is not None:
+            return Outcome(status="skipped", error=f"not run: {self._stuck}")
+        assert self._runner is not None, "run() outside group()"
+
+        def on_ranks(group: ProcessGroup | None) -> Any:
+            if self.takes_group:
+                return self.rank_fn(case, self.platform.device_type, group=group)
+            return self.rank_fn(case, self.platform.device_type)
+
         try:
-            results = self.rank_fn(case, self.platform.device_type)
-        except Exception as exc:  # every rank reports; the first failing rank's error is kept
-            mine = (self.job.rank, f"{type(exc).__name__}: {exc}")
-        failures: list[Any] = [None] * self.job.world_size
-        dist.all_gather_object(failures, mine)
-        failed = [f for f in failures if f is not None]
+            end = self._runner.run(case.cp, on_ranks, own_group=self.takes_group)
+        except JobStuck as exc:
+            self._stuck = str(exc)
+            return Outcome(status="failed", error=str(exc), wall_s=time.perf_counter() - start)
         wall = time.perf_counter() - start
-        if failed:
-            rank, message = failed[0]
-            return Outcome(status="failed", error=str(RankFailure(rank, message)), wall_s=wall)
-        return Outcome(status="ok", results=results, wall_s=wall)
+        if end.error is not None:
+            return Outcome(status="failed", error=end.error, wall_s=wall)
+        return Outcome(status="ok", results=end.results, wall_s=wall)
 
 
 def _make_launcher(
@@ -316,5 +358,6 @@ def prepare_launch(
             platform=platform,
             ranks_on_host=launcher.ranks_on_host,
             max_local_ranks=_max_local_ranks(platform, job),
+            local_rank=None if job is None else job.local_rank,
         )
     return launcher

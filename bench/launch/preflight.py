@@ -29,9 +29,11 @@ def check_cases(
     platform: Platform | None,
     ranks_on_host: Callable[[Case], int],
     max_local_ranks: int | None,
+    local_rank: int | None = None,
 ) -> None:
     """Refuse cases that cannot run here (see the module docstring); the memory check is skipped when
-    `platform` is None or cannot tell what is available, the rank check when `max_local_ranks` is None."""
+    `platform` is None or cannot tell what is available, the rank check when `max_local_ranks` is None.
+    `local_rank`: this process is that rank of a torchrun job (its own device is the one checked)."""
     length_key = "local_seq_len" if any(s.local_seq_len for s in scenario.effective_sweeps()) else "seq_len"
     cases = list(cases)
     for case in cases:
@@ -42,7 +44,7 @@ def check_cases(
                 f"case {case.case_id}: fp64 on npu: Ascend NPUs have no fp64 matrix units; use fp32 or bf16 "
                 "there (bench verify's metrics are computed in fp64 on the host), or fp64 with --device cpu",
             )
-    available, shared = available_bytes(platform) if platform is not None else (None, False)
+    available, shared = available_bytes(platform, local_rank) if platform is not None else (None, False)
     for case in cases:
         config = case.layer_config()
         try:

@@ -1,9 +1,9 @@
 """What every rank of a case runs: build the CP layer, time the pass, measure its memory, gather to all ranks.
 
-Runs inside an initialised process group whose ranks are the case's CP group (a pool of local ranks,
-bench.launch.pool, or a torchrun job whose world size is the case's cp). Every rank builds the same
-weights, the same global input and the same output gradient from the case's seed, keeps its sequence
-shard in the case's layout (shard_sequence: contiguous or zigzag), and puts the layer under
+Runs inside an initialised process group, in the case's CP group: the default group of a pool of local
+ranks (bench.launch.pool), or a group of its own inside a torchrun job (bench.launch.job). Every rank
+builds the same weights, the same global input and the same output gradient from the case's seed, keeps
+its sequence shard in the case's layout (shard_sequence: contiguous or zigzag), and puts the layer under
 LinearAttentionContextParallel in that layout. With packed documents every rank passes the same global
 boundaries (Case.cu_seqlens) as the layer's cu_seqlens, at cp 1 too.
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, load_average, pin_threads
 from bench.measure.memory import measure_peak
@@ -69,10 +70,12 @@ def global_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.G
     return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
 
 
-def _local_shard(x: torch.Tensor, device: torch.device, layout: str) -> torch.Tensor:
+def _local_shard(
+    x: torch.Tensor, device: torch.device, layout: str, group: ProcessGroup | None
+) -> torch.Tensor:
     """This rank's shard of x [B, T, hidden] in `layout`, [B, T/cp, hidden], as its own tensor on `device`
     (a copy, so that the global tensor can be freed)."""
-    return shard_sequence(x, layout=layout).to(device, copy=True)
+    return shard_sequence(x, group, layout=layout).to(device, copy=True)
 
 
 def cu_seqlens_of(case: Case) -> torch.Tensor | None:
@@ -83,7 +86,7 @@ def cu_seqlens_of(case: Case) -> torch.Tensor | None:
 
 
 def build_pass(
-    case: Case, platform: Platform
+    case: Case, platform: Platform, group: ProcessGroup | None = None
 ) -> tuple[Callable[[], torch.Tensor | None], Callable[[], None], list[torch.Tensor]]:
     """The case's layer and data on this rank; returns (step, clear_grads, live tensors).
 
@@ -96,14 +99,14 @@ def build_pass(
     layer = seeded_layer(config, case.seed, device)  # drawn on the CPU: the same weights on any device
     generator = torch.Generator().manual_seed(case.seed + 1)
     shape = (case.batch, case.seq_len, case.hidden_size)
-    x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout)
+    x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
     x.requires_grad_(True)
-    grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout)
+    grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
     cu_seqlens = cu_seqlens_of(case)
     style = LinearAttentionContextParallel(
         mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout, overlap=case.overlap
     )
-    layer = style.apply(layer)
+    layer = style.apply(layer, group)
 
     if case.pass_ == "forward":
 
@@ -130,6 +133,7 @@ def time_pass(
     platform: Platform,
     *,
     warmup: int,
+    group: ProcessGroup | None = None,
 ) -> list[float]:
     """`warmup` untimed passes, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
     for _ in range(warmup):
@@ -137,7 +141,7 @@ def time_pass(
         clear_grads()
     samples = []
     for _ in range(case.repeat):
-        dist.barrier()
+        dist.barrier(group)
         platform.synchronize()
         start = time.perf_counter()
         out = step()
@@ -148,8 +152,9 @@ def time_pass(
     return samples
 
 
-def measure_on_rank(case: Case, device_kind: str) -> RankResults:
-    """Time and measure `case` on this rank (the function every rank of a launch runs)."""
+def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = None) -> RankResults:
+    """Time and measure `case` on this rank (the function every rank of a launch runs), in `group` (the
+    case's CP group; None: the default group, a launch of cp ranks)."""
     platform = resolve_platform(device_kind)
     # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
     pinned = platform.device_type == "cpu" and pin_threads(
@@ -157,13 +162,13 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
     )
     # The contention window: building, warmup and the timed passes (long enough for /proc/stat's ticks).
     load_before, ticks_before, cpu_before = load_average(), cpu_ticks(), time.process_time()
-    step, clear_grads, live = build_pass(case, platform)
+    step, clear_grads, live = build_pass(case, platform, group)
     memory = measure_peak(step, platform, live)  # the first warmup pass (module docstring)
     clear_grads()
-    samples = time_pass(step, clear_grads, case, platform, warmup=max(0, case.warmup - 1))
+    samples = time_pass(step, clear_grads, case, platform, warmup=max(0, case.warmup - 1), group=group)
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
-    dist.barrier()
+    dist.barrier(group)
     calibration = matmul_gflops(
         case.chunk_size,
         case.head_k_dim,
@@ -173,8 +178,8 @@ def measure_on_rank(case: Case, device_kind: str) -> RankResults:
         platform=platform,
     )
     mine = (samples, memory.peak_bytes, memory.baseline_bytes, calibration, reading, pinned)
-    everyone: list = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
     return RankResults(
         samples_s=[r[0] for r in everyone],
         peak_bytes=[r[1] for r in everyone],

@@ -14,7 +14,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -39,6 +39,36 @@ class GitInfo:
     @property
     def short_commit(self) -> str:
         return self.commit[:8]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeEnvironment:
+    """One node of a torchrun job, as its first rank saw it."""
+
+    COMPARED: ClassVar[tuple[str, ...]] = (
+        "git_commit",
+        "git_dirty",
+        "torch_version",
+        "torch_npu_version",
+        "device_type",
+        "device_name",
+    )
+    """What must be the same on every node for the job's results to be comparable."""
+
+    node: int
+    """The node's index in the job (torchrun's GROUP_RANK)."""
+    hostname: str
+    ranks: int
+    """Ranks on the node (LOCAL_WORLD_SIZE)."""
+    git_commit: str
+    git_dirty: bool
+    python_version: str
+    torch_version: str
+    torch_npu_version: str | None
+    device_type: str
+    device_name: str
+    cpu_model: str
+    cpu_count: int
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,12 +98,18 @@ class Environment:
     """The CP degrees (ranks per launch) of the run's cases."""
     launcher: str
     """"local" (bench spawns the ranks of each case) or "torchrun"."""
+    nodes: list[NodeEnvironment] | None = None
+    """Under torchrun, every node's environment (each checked equal in NodeEnvironment.COMPARED before the
+    first case); None for a local run, whose one host is the fields above."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Environment:
+        nodes = data.get("nodes")
+        if nodes is not None:
+            data = {**data, "nodes": [NodeEnvironment(**n) for n in nodes]}
         return cls(**data)
 
 
@@ -124,18 +160,47 @@ def torch_npu_version() -> str | None:
         return None
 
 
-def host_device_name(platform: Platform) -> str:
-    """The name of this host's devices (the CPU's on cpu; distinct accelerator names joined), read without
-    a device context in this process (gdn_cp.distributed.launch.probe_devices)."""
+def host_device_name(platform: Platform, local_rank: int | None = None) -> str:
+    """The name of this host's devices (the CPU's on cpu; distinct accelerator names joined): a launcher
+    (`local_rank` None) reads them without a device context of its own (gdn_cp.distributed.launch.
+    probe_devices), a torchrun rank from its own device, which it chooses first."""
     if platform.device_type == "cpu":
         return platform.device_name(0)
+    if local_rank is not None:
+        platform.set_device(local_rank)
+        return platform.device_name(local_rank)
     names = sorted({d.name for d in probe_devices(platform)})
     return ", ".join(names) or f"no {platform.device_type} device"
 
 
+def node_environment(platform: Platform, *, node: int, ranks: int, device_name: str) -> NodeEnvironment:
+    """This node's environment, from one of its ranks (`device_name`: its device's, read after set_device)."""
+    git = git_info()
+    return NodeEnvironment(
+        node=node,
+        hostname=socket.gethostname(),
+        ranks=ranks,
+        git_commit=git.commit,
+        git_dirty=git.dirty,
+        python_version=_host.python_version(),
+        torch_version=torch.__version__,
+        torch_npu_version=torch_npu_version(),
+        device_type=platform.device_type,
+        device_name=device_name,
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count() or 1,
+    )
+
+
 def collect_environment(
-    platform: Platform, *, threads_per_rank: int | None, world_sizes: list[int], launcher: str
+    platform: Platform,
+    *,
+    threads_per_rank: int | None,
+    world_sizes: list[int],
+    launcher: str,
+    local_rank: int | None = None,
 ) -> Environment:
+    """This host's environment; `local_rank`: this process is that rank of a torchrun job."""
     git = git_info()
     return Environment(
         git_commit=git.commit,
@@ -145,7 +210,7 @@ def collect_environment(
         torch_version=torch.__version__,
         torch_npu_version=torch_npu_version(),
         device_type=platform.device_type,
-        device_name=host_device_name(platform),
+        device_name=host_device_name(platform, local_rank),
         backend=platform.backend,
         hostname=socket.gethostname(),
         cpu_model=cpu_model(),

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
 from bench.measure.contention import Contention
+from bench.results.env import Environment
 from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
@@ -66,6 +67,7 @@ SPECS: dict[type, Spec] = {
     ),
     CaseResult: Spec(rename={"case": "params"}, optional=frozenset({"throughput", "contention"})),
     Contention: Spec(optional=frozenset({"window", "earlier"})),
+    Environment: Spec(optional=frozenset({"nodes"})),
     Case: Spec(
         extra={
             "case_id": (str, "Stable and readable id, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd` (derived)."),

@@ -50,7 +50,7 @@ def test_profile_writes_a_trace_per_rank_and_the_bytes_match_the_model(
     assert {(r["rank"], r["kind"]) for r in rows} == {
         (r, k)
         for r in (0, 1)
-        for k in ("halo", "p2p")  # the halo carries the shard lengths: no all_gather
+        for k in ("all_gather", "halo", "p2p")  # the header's all-gather, the halo, the state chain
     }
     assert all(r["match"] and r["counted"] == r["model"] for r in rows)
     p2p = next(r for r in rows if r["rank"] == 0 and r["kind"] == "p2p")

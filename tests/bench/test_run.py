@@ -171,12 +171,15 @@ def test_under_torchrun_each_process_is_a_rank(suite_dir: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = load_result(out)
     assert run.environment.launcher == "torchrun"
+    (node,) = run.environment.nodes
+    assert node.node == 0 and node.ranks == 2 and node.git_commit == run.environment.git_commit
     by_id = {r.case.case_id: r for r in run.cases}
-    assert by_id["p2p-ckpt-cp1-T64-fwd_bwd"].status == "skipped"
-    assert "this torchrun job has 2" in by_id["p2p-ckpt-cp1-T64-fwd_bwd"].error
-    ok = by_id["p2p-ckpt-cp2-T64-fwd_bwd"]
-    assert ok.status == "ok" and len(ok.samples_s) == 2
-    assert proc.stdout.count("results: torchrun.json") == 1  # only rank 0 writes and prints
+    # one job of 2 ranks runs every case up to cp 2: cp 1 on rank 0 (rank 1 waits), cp 2 on both
+    for cp in (1, 2):
+        result = by_id[f"p2p-ckpt-cp{cp}-T64-fwd_bwd"]
+        assert result.status == "ok" and len(result.samples_s) == cp and len(result.rounds) == 2
+    assert proc.stdout.count("results: torchrun.json (on ") == 1  # only rank 0 writes and prints
+    assert proc.stdout.count(f"writing {out} on ") == 1
 
 
 # user errors: one line, exit code 1, before any rank starts

@@ -1,0 +1,201 @@
+"""One torchrun job (one node or many) that sweeps every case whose cp fits its world size.
+
+A job of W ranks runs a case of cp <= W in a process group of its own over global ranks 0 .. cp - 1
+(`dist.new_group`, which every rank creates in the same order: the order of the cases is agreed), while
+ranks cp .. W - 1 wait; so one allocation sweeps cp 1 .. W. A case's outcome travels through the job's
+store, never through a collective of the job, so a case that fails, even outside a collective, fails alone:
+
+- a member whose rank function raises records its error under the case's key and takes no further part;
+- every member watches that key from a thread (FailureWatch) and, once a peer failed, aborts the case's
+  group (NCCL: its communicators, which ends a collective still waiting for the failed peer, before the
+  watchdog would kill the job; gloo cannot end a blocked operation, which then fails at the case's
+  timeout, the case's own limit);
+- then every rank of the job meets at a store barrier, reads the case's errors (the root cause: the first
+  that is not a peer's echo) and destroys the case's group. The job's default group is never used by a
+  case and stays sound for the next one.
+
+Before the first case the ranks exchange their node's environment (`agree_on_nodes`): a node with other
+code, another torch or other devices would make the results incomparable, and every rank refuses it
+together, naming the nodes and values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+from bench.errors import UserError
+from bench.results.env import NodeEnvironment
+from gdn_cp.distributed.launch import is_peer_error
+
+TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "timeout")
+"""Words of a rank's error that was only waiting for a peer (gloo's and NCCL's collective timeouts)."""
+WATCH_INTERVAL_S = 0.05
+"""How often a member looks for a peer's failure."""
+BARRIER_MARGIN_S = 10.0
+"""The end-of-case barrier waits this much longer than the case's limit (a member timing out in gloo)."""
+
+
+def job_store(timeout: datetime.timedelta) -> dist.Store:
+    """A client of the job's store (MASTER_ADDR:MASTER_PORT, the torchrun agent's), its keys under this
+    run and restart, so that a restarted job never reads an earlier attempt's keys."""
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
+    )
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "job")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"bench/{run}/{attempt}", store)
+
+
+def agree_on_nodes(local: NodeEnvironment) -> list[NodeEnvironment]:
+    """Every node's environment, one per node (from its first rank), the same list on every rank; UserError
+    on every rank when the nodes differ in what makes results comparable (NodeEnvironment.COMPARED)."""
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, local)
+    nodes: dict[int, NodeEnvironment] = {}
+    for node in everyone:
+        nodes.setdefault(node.node, node)
+    listed = [nodes[n] for n in sorted(nodes)]
+    differing = [f for f in NodeEnvironment.COMPARED if len({getattr(n, f) for n in listed}) > 1]
+    if differing:
+        described = "; ".join(
+            f"{name}: " + ", ".join(f"node {n.node} ({n.hostname}) {getattr(n, name)!r}" for n in listed)
+            for name in differing
+        )
+        raise UserError(
+            f"the job's nodes differ ({described}): their results would not be comparable; run the same "
+            "checkout (committed), torch and devices on every node"
+        )
+    return listed
+
+
+@dataclass(frozen=True, slots=True)
+class CaseEnd:
+    """What one case came to on this rank (the same on every rank of the job)."""
+
+    results: Any = None
+    """Rank 0's return value of the rank function, on every rank; None on failure."""
+    error: str | None = None
+    """`rank <r> failed: <error>` of the root cause, or None."""
+
+
+class FailureWatch:
+    """While its block runs, watches the case's failure count from a thread; once a peer has failed it
+    aborts the case's group (`abort`), so that a collective waiting for that peer ends."""
+
+    def __init__(self, store: dist.Store, key: str, abort: Callable[[], None]) -> None:
+        self.store, self.key, self.abort = store, key, abort
+        self.aborted = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bench-failure-watch", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            if self.store.add(self.key, 0) > 0:  # add 0: an atomic read of the count
+                self.aborted = True
+                self.abort()
+                return
+
+    def __enter__(self) -> FailureWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def abort_group(group: ProcessGroup, backend: str) -> None:
+    """End what `group` is blocked in: NCCL aborts its communicators (torch's _abort_process_group, which
+    NCCL alone implements); other backends cannot, and their blocked operation ends at its timeout."""
+    if backend == "nccl":
+        dist.distributed_c10d._abort_process_group(group)
+
+
+def root_cause(errors: dict[int, dict[str, Any]]) -> str:
+    """The error to report: the earliest that is neither a peer's echo nor a wait that timed out."""
+
+    def echo(message: str) -> bool:
+        return is_peer_error(message) or any(m in message for m in TIMEOUT_MARKERS)
+
+    rank = min(errors, key=lambda r: (echo(errors[r]["message"]), errors[r]["time"], r))
+    return f"rank {rank} failed: {errors[rank]['message']}"
+
+
+class CaseRunner:
+    """Runs the job's cases one after another (module docstring); every rank calls `run` for every case,
+    in the same order."""
+
+    def __init__(self, *, backend: str, timeout_s: float, store: dist.Store, watch_store: dist.Store) -> None:
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.store = store
+        self.watch_store = watch_store  # a client of its own: the watcher's thread must not share a socket
+        self.index = 0
+
+    def run(self, cp: int, fn: Callable[[ProcessGroup | None], Any], *, own_group: bool) -> CaseEnd:
+        """`fn(group)` on global ranks 0 .. cp - 1: in a new group of its own (`own_group`), else in the
+        job's default group (a rank function that takes no group: then cp is the world size)."""
+        rank, world = dist.get_rank(), dist.get_world_size()
+        key = f"case/{self.index}"
+        self.index += 1
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        group = dist.new_group(list(range(cp)), timeout=timeout) if own_group else None
+        if rank < cp:
+            watch = FailureWatch(self.watch_store, f"{key}/failed", lambda: abort_group(group, self.backend))
+            with watch if own_group else contextlib.nullcontext():
+                try:
+                    results = fn(group)
+                    if rank == 0:  # every rank keeps the same record of the case (the sweep's bookkeeping)
+                        self.store.set(f"{key}/results", pickle.dumps(results))
+                except Exception as exc:
+                    message = f"{type(exc).__name__}: {exc}"
+                    if watch.aborted:
+                        message = f"{message} (the case's group was aborted after a peer failed)"
+                    record = {"message": message, "time": time.time()}
+                    self.store.set(f"{key}/error/{rank}", json.dumps(record))
+                    self.store.add(f"{key}/failed", 1)
+        self._barrier(key, world)
+        errors = {
+            r: json.loads(self.store.get(f"{key}/error/{r}"))
+            for r in range(cp)
+            if self.store.check([f"{key}/error/{r}"])
+        }
+        if group is not None:
+            dist.destroy_process_group(group)
+        if errors:
+            return CaseEnd(error=root_cause(errors))
+        return CaseEnd(results=pickle.loads(self.store.get(f"{key}/results")))
+
+    def _barrier(self, key: str, world: int) -> None:
+        """Every rank of the job has finished the case (a store barrier: no collective of the job)."""
+        self.store.set(f"{key}/done/{dist.get_rank()}", "1")
+        keys = [f"{key}/done/{r}" for r in range(world)]
+        try:
+            self.store.wait(keys, datetime.timedelta(seconds=self.timeout_s + BARRIER_MARGIN_S))
+        except (dist.DistStoreError, RuntimeError):
+            missing = [r for r in range(world) if not self.store.check([f"{key}/done/{r}"])]
+            raise JobStuck(missing, self.timeout_s + BARRIER_MARGIN_S) from None
+
+
+class JobStuck(RuntimeError):
+    """Ranks that did not finish a case within its limit: stuck outside any collective, they keep the job
+    from creating the next case's group, so the sweep stops (its results are kept)."""
+
+    def __init__(self, ranks: Sequence[int], waited_s: float) -> None:
+        super().__init__(
+            f"rank(s) {list(ranks)} did not finish the case within {waited_s:.0f} s (stuck outside a "
+            "collective): the job cannot go on; the finished cases are kept"
+        )
+        self.ranks = list(ranks)
