@@ -314,7 +314,9 @@ def execute(
         show.render(writer.run, console)
         where = f" (on {socket.gethostname()}, rank 0)" if job is not None else ""
         console.print(f"results: {escape(display(writer.path))}{where}")
-    code = 2 if any(r.status == "failed" for r in results) else 0
+    # A torchrun follower exits 0 once the job is done: the leader's code is the job's (a follower exiting 2
+    # first would make torchrun stop the leader while it still prints).
+    code = 2 if leader and any(r.status == "failed" for r in results) else 0
     return RunOutcome(exit_code=code, run=record, path=path)
 
 

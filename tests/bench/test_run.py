@@ -10,6 +10,7 @@ import math
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -416,3 +417,79 @@ def test_the_resume_command_after_ctrl_c_really_resumes(suite_dir: Path, monkeyp
     # and it resumes: the same scenarios and overrides pass the resume's checks (no case is run here)
     monkeypatch.setattr(run_command, "_run_with_progress", lambda *args, **kwargs: [])
     assert main(shlex.split(again)[1:]) == 0
+
+
+TWO_NODES = """\
+description: a cp 1 / 2 / 4 sweep for one job of two simulated nodes
+hidden_size: 32
+num_k_heads: 2
+num_v_heads: 4
+head_k_dim: 8
+head_v_dim: 8
+chunk_size: 8
+cp: [1, 2, 4]
+seq_len: [64]
+mode: [p2p, scan]
+pass: [forward_backward]
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="no torchrun",
+)
+def test_two_torchrun_nodes_sweep_every_cp_in_one_job(suite_dir: Path):
+    """Issue 20: two torchrun agents on 127.0.0.1 as two nodes of 2 ranks. One 4-rank job runs every case of
+    a cp [1, 2, 4] scenario (cp < 4 in groups of their own); one file holds both nodes' environments and
+    every case; a case that fails on one rank outside any collective fails alone, within its limit plus a
+    few seconds, and the sweep goes on."""
+    (suite_dir / "scenarios" / "two-nodes.yaml").write_text(TWO_NODES)
+    out = suite_dir / "job.json"
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parent / "faulty_site"), env.get("PYTHONPATH", "")]
+    )
+    env["BENCH_TEST_FAIL"] = "scan-ckpt-cp2-T64-fwd_bwd@1"
+    argv = [torchrun, "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+    argv += ["--master-port", str(port)]
+    bench_argv = ["-m", "bench", "run", "two-nodes", "--set", "timeout_s=10", "--output", str(out)]
+    agents = [
+        subprocess.Popen(
+            [*argv, "--node-rank", str(node), *bench_argv],
+            cwd=suite_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    outputs = []
+    for agent in agents:
+        try:
+            outputs.append(agent.communicate(timeout=300)[0])
+        except subprocess.TimeoutExpired:
+            for a in agents:
+                a.kill()
+            raise
+    # rank 0 exits 2 (a case failed, recorded; the rest ran), which its agent reports; the others exit 0
+    assert [a.returncode for a in agents] == [1, 0], outputs
+    assert "exitcode  : 2" in outputs[0] and "local_rank: 0" in outputs[0], outputs[0]
+    run = load_result(out)
+    assert [(n.node, n.ranks) for n in run.environment.nodes] == [(0, 2), (1, 2)]
+    by_id = {r.case.case_id: r for r in run.cases}
+    assert sorted(by_id) == sorted(
+        f"{m}-ckpt-cp{cp}-T64-fwd_bwd" for m in ("p2p", "scan") for cp in (1, 2, 4)
+    )
+    broken = by_id.pop("scan-ckpt-cp2-T64-fwd_bwd")
+    assert broken.status == "failed"
+    assert broken.error.startswith("rank 1 failed: ValueError: scan-ckpt-cp2-T64-fwd_bwd broke on purpose")
+    assert broken.wall_s < 10 + 15  # its limit, then the end-of-case barrier's margin
+    for result in by_id.values():
+        assert result.status == "ok", result.error
+        assert len(result.samples_s) == result.case.cp and len(result.rounds) == 2
+    assert outputs[0].count("results: job.json (on ") == 1 and "results:" not in outputs[1]
