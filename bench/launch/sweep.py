@@ -74,6 +74,7 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
                 batch=case.batch, seq_len=case.seq_len, backward=case.pass_ == "forward_backward"
             ),
             matmul_gflops=min(r.matmul_gflops),
+            matmul_dtype=r.matmul_dtype,
         ),
         contention=worst,
         wall_s=wall,

@@ -35,7 +35,7 @@ from torch.distributed import ProcessGroup
 
 from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, load_average, pin_threads
 from bench.measure.memory import measure_peak
-from bench.measure.throughput import matmul_gflops
+from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from bench.suite.config import Case
 from gdn_cp import LinearAttentionContextParallel
 from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform, shard_sequence
@@ -60,7 +60,10 @@ class RankResults:
     threads: int
     """torch intra-op threads of rank 0 (every rank gets the same)."""
     matmul_gflops: list[float]
-    """[rank] the rank's batched-matmul GFLOP/s in the accumulation dtype (bench.measure.throughput)."""
+    """[rank] the rank's batched-matmul GFLOP/s in the dtype the core's matmuls run in
+    (bench.measure.throughput)."""
+    matmul_dtype: str
+    """That dtype, as the matmul runs it (fp32, tf32, bf16, ...)."""
     contention: Contention
     """How shared the machine was during the timed passes (bench.measure.contention)."""
 
@@ -169,13 +172,9 @@ def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = N
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
     dist.barrier(group)
+    core_dtype, device = accumulation_dtype(to_dtype(case.dtype)), live[-1].device
     calibration = matmul_gflops(
-        case.chunk_size,
-        case.head_k_dim,
-        case.head_v_dim,
-        dtype=accumulation_dtype(to_dtype(case.dtype)),
-        device=live[-1].device,
-        platform=platform,
+        case.chunk_size, case.head_k_dim, case.head_v_dim, dtype=core_dtype, device=device, platform=platform
     )
     mine = (samples, memory.peak_bytes, memory.baseline_bytes, calibration, reading, pinned)
     everyone: list = [None] * dist.get_world_size(group)
@@ -188,6 +187,7 @@ def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = N
         device_name=platform.device_name(local_rank()),
         threads=torch.get_num_threads(),
         matmul_gflops=[r[3] for r in everyone],
+        matmul_dtype=matmul_dtype_name(core_dtype, device),
         contention=judge(
             [r[4] for r in everyone],
             load_before=load_before,

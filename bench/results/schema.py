@@ -34,6 +34,7 @@ from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
     RunResult,
+    ThroughputResult,
 )
 from bench.results.verifications import LayerVerification, TrainVerification
 from bench.suite.config import Case, SuiteConfig, TrainSettings, yaml_key
@@ -68,6 +69,7 @@ SPECS: dict[type, Spec] = {
     CaseResult: Spec(rename={"case": "params"}, optional=frozenset({"throughput", "contention"})),
     Contention: Spec(optional=frozenset({"window", "earlier"})),
     Environment: Spec(optional=frozenset({"nodes"})),
+    ThroughputResult: Spec(optional=frozenset({"matmul_dtype"})),
     Case: Spec(
         extra={
             "case_id": (str, "Stable and readable id, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd` (derived)."),

@@ -91,8 +91,11 @@ class ThroughputResult:
     """FLOPs of one pass of the layer on the global sequence, all ranks together (the formula of
     gdn_cp.layers.GatedDeltaNetConfig.flops: projections, Conv1D and the chunked core; backward = 2x)."""
     matmul_gflops: float
-    """The slowest rank's throughput on batched chunk x head-dim products (C x K @ K x V) in the core's
-    accumulation dtype (bench.measure.throughput), GFLOP/s."""
+    """The slowest rank's throughput on batched chunk x head-dim products (C x K @ K x V) in the dtype the
+    core's matmuls run in (bench.measure.throughput), GFLOP/s."""
+    matmul_dtype: str | None = None
+    """That dtype as the matmul runs it: fp32, tf32, bf16, fp16, fp64 (bench.measure.throughput.
+    matmul_dtype_name); None in files written before it was recorded (fp32 or fp64 then)."""
 
     def achieved_gflops(self, median_s: float, cp: int) -> float:
         """Model GFLOP/s per rank at the case's median time (every rank holds 1/cp of the work)."""

@@ -237,7 +237,8 @@ def throughput_table(run: RunResult) -> TableData | None:
             r.key,
             f"{r.throughput.model_flops / 1e9:.2f}",
             f"{r.throughput.achieved_gflops(r.timing.median_s, r.case.cp):.1f}",
-            f"{r.throughput.matmul_gflops:.1f}",
+            f"{r.throughput.matmul_gflops:.1f}"
+            + (f" {r.throughput.matmul_dtype}" if r.throughput.matmul_dtype else ""),
             f"{100 * r.throughput.fraction(r.timing.median_s, r.case.cp):.0f}%",
         ]
         for r in run.cases

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import platform as _host
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -84,6 +86,26 @@ class Platform:
                 "first, or read the devices with "
                 "gdn_cp.distributed.launch.probe_devices from a launcher"
             )
+
+    def time_s(self, fn: Callable[[], object], calls: int = 1) -> float:
+        """Seconds one call of `fn` takes on this device, averaged over `calls` back-to-back calls: on an
+        accelerator between two device events on the current stream (the device's own clock: a host
+        timer around a short kernel measures the launch and the sync, not the kernel); on cpu with
+        perf_counter."""
+        if self.device_type == "cpu":
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - start) / calls
+        self._check_chosen(None, "time_s")
+        module = self._module()
+        begin, end = module.Event(enable_timing=True), module.Event(enable_timing=True)
+        begin.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1e3 / calls  # elapsed_time is in milliseconds
 
     def synchronize(self) -> None:
         """Wait for queued device work; a no-op on cpu, where ops run synchronously."""

@@ -171,6 +171,7 @@ class _ShortCases:
             device_name="cpu",
             threads=1,
             matmul_gflops=[50.0] * c.cp,
+            matmul_dtype="fp32",
             contention=shared,
         )
         return Outcome(status="ok", results=results, wall_s=0.01)
