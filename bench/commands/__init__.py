@@ -8,9 +8,22 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.commands import compare, export, gate, init, model, plot, profile, report, run, show, verify
+from bench.commands import (
+    compare,
+    doctor,
+    export,
+    gate,
+    init,
+    model,
+    plot,
+    profile,
+    report,
+    run,
+    show,
+    verify,
+)
 from bench.commands import list as list_command
 
 COMMANDS: list[ModuleType] = [
-    *(init, list_command, run, show, export, compare, gate, plot, report, verify, profile, model),
+    *(init, list_command, run, show, export, compare, gate, plot, report, verify, profile, model, doctor),
 ]

@@ -1,0 +1,221 @@
+"""The device part of `bench doctor`, run on every local device at once (one rank each; two ranks on cpu):
+the backend and one collective of each kind the modes use, the matmul limit per dtype on the device's own
+clock, the chunked op against the recurrent reference on the device, and one layer under each CP mode
+against the single-device layer. Each rank returns its checks; the command keeps, per check, the worst
+rank's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from bench.doctor.checks import Check, Status
+from bench.measure.throughput import matmul_dtype_name, matmul_gflops
+from gdn_cp import GatedDeltaNetConfig
+from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, error_stats
+from gdn_cp.distributed import MODES, check_cp_shapes, local_rank, resolve_platform
+from gdn_cp.distributed.collectives import all_gather_single
+from gdn_cp.ops import chunk_gated_delta_rule, recurrent_gated_delta_rule
+
+OP_SHAPE = {"B": 1, "T": 512, "Hk": 2, "Hv": 4, "K": 64, "V": 64}
+"""The op check's inputs: long enough for several chunks, small enough for seconds on a CPU."""
+DOCUMENTS = [0, 37, 200, 201, 512]
+"""Packed documents of the op check: boundaries inside and at the edges of chunks, one of one token."""
+LAYER = GatedDeltaNetConfig(
+    hidden_size=128, num_k_heads=8, num_v_heads=16, head_k_dim=32, head_v_dim=32, chunk_size=64, dtype="fp32"
+)
+"""The layer checked under each mode: 8 / 16 heads split over up to 8 devices (ulysses)."""
+LAYER_TOKENS_PER_RANK = 128
+LAYER_BARS = Thresholds(
+    output_max_abs=1e-3,
+    input_grad_max_abs=1e-3,
+    rel_max=1e-3,
+    rel_l2=1e-3,
+    param_rel_max=1e-2,
+    param_rel_l2=1e-2,
+    grad_norm_rel=1e-4,
+)
+"""fp32 bars: ten times cpu-verify's (rel-L2 1e-4 there, from 8-seed maxima of 5e-7), room for a device's
+other summation order and TF32 convolutions, still far below what a wrong exchange gives (order 1)."""
+ROUNDING_FACTOR = 16.0
+"""The op check's bar is ROUNDING_FACTOR * eps(fp32) * sqrt(T * K): fp32 rounding over the terms of one
+output (the tests' tolerance rule, tests/ops/helpers.py)."""
+
+
+def _timed(fn: Callable[[], object], platform) -> float:
+    platform.synchronize()
+    start = time.perf_counter()
+    fn()
+    platform.synchronize()
+    return time.perf_counter() - start
+
+
+def collective_checks(device: torch.device, platform) -> list[Check]:
+    """One call of each collective the modes use, its result checked (every rank knows what it must get)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out: list[Check] = []
+
+    def check(name: str, run: Callable[[], bool]) -> None:
+        try:
+            start = time.perf_counter()
+            good = run()
+            platform.synchronize()
+            ms = (time.perf_counter() - start) * 1e3
+        except Exception as exc:
+            out.append(Check("backend", name, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
+            return
+        status: Status = "ok" if good else "fail"
+        out.append(Check("backend", name, status, f"{ms:.1f} ms" + ("" if good else ": wrong values")))
+
+    def all_reduce() -> bool:
+        t = torch.full((1024,), float(rank + 1), device=device)
+        dist.all_reduce(t)
+        return bool((t == world * (world + 1) / 2).all())
+
+    def all_gather() -> bool:
+        mine = torch.full((256,), float(rank), device=device)
+        out_ = mine.new_empty(256 * world)
+        all_gather_single(out_, mine)
+        return bool((out_.view(world, -1) == torch.arange(world, device=device).view(-1, 1)).all())
+
+    def all_to_all() -> bool:
+        mine = torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16) + 100 * rank
+        got = torch.empty_like(mine)
+        dist.all_to_all_single(got, mine)
+        expected = rank + 100 * torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16)
+        return bool((got == expected).all())
+
+    def point_to_point() -> bool:
+        if world == 1:
+            return True
+        send = torch.full((256,), float(rank), device=device)
+        recv = torch.empty_like(send)
+        ops = [
+            dist.P2POp(dist.isend, send, (rank + 1) % world),
+            dist.P2POp(dist.irecv, recv, (rank - 1) % world),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        return bool((recv == (rank - 1) % world).all())
+
+    def broadcast() -> bool:
+        t = torch.full((256,), float(rank), device=device)
+        dist.broadcast(t, src=0)
+        return bool((t == 0).all())
+
+    for name, run in (
+        ("init + barrier", lambda: dist.barrier() or True),
+        ("all_reduce", all_reduce),
+        ("all_gather", all_gather),
+        ("all_to_all", all_to_all),
+        ("isend/irecv ring", point_to_point),
+        ("broadcast", broadcast),
+    ):
+        check(name, run)
+    return out
+
+
+def matmul_checks(device: torch.device, platform) -> list[Check]:
+    """The core's products (C x K @ K x V, the reference sizes 64 x 128 x 128) per dtype, on the device's
+    clock: fp32 everywhere, tf32 on a GPU, bf16 on an accelerator."""
+    dtypes: list[tuple[torch.dtype, bool]] = [(torch.float32, False)]
+    if device.type == "cuda":
+        dtypes.append((torch.float32, True))
+    if device.type != "cpu":
+        dtypes.append((torch.bfloat16, False))
+    out = []
+    for dtype, tf32 in dtypes:
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            gflops = matmul_gflops(64, 128, 128, dtype=dtype, device=device, platform=platform)
+            name = matmul_dtype_name(dtype, device)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+        out.append(
+            Check("matmul", f"limit {name}", "info", f"{gflops / 1e3:.2f} TFLOP/s (64 x 128 @ 128 x 128)")
+        )
+    return out
+
+
+def op_checks(device: torch.device) -> list[Check]:
+    """The chunked op on the device in fp32 against the recurrent reference in fp64 on the host, forward
+    output and final state, unpacked and with packed documents."""
+    s = OP_SHAPE
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    q, k = randn(s["B"], s["T"], s["Hk"], s["K"]), randn(s["B"], s["T"], s["Hk"], s["K"])
+    v = randn(s["B"], s["T"], s["Hv"], s["V"])
+    g = torch.nn.functional.logsigmoid(randn(s["B"], s["T"], s["Hv"]))
+    beta = torch.sigmoid(randn(s["B"], s["T"], s["Hv"]))
+    bar = ROUNDING_FACTOR * torch.finfo(torch.float32).eps * math.sqrt(s["T"] * s["K"])
+    out = []
+    for label, cu in (("unpacked", None), ("packed documents", torch.tensor(DOCUMENTS))):
+        kw = {"use_qk_l2norm_in_kernel": True, "output_final_state": True, "cu_seqlens": cu}
+        o_ref, h_ref = recurrent_gated_delta_rule(q, k, v, g, beta, **kw)
+        moved = [t.to(device, torch.float32) for t in (q, k, v, g, beta)]
+        o, h = chunk_gated_delta_rule(*moved, **{**kw, "cu_seqlens": None if cu is None else cu.to(device)})
+        worst_rel = max(error_stats(o, o_ref).rel_max, error_stats(h, h_ref).rel_max)
+        status: Status = "ok" if worst_rel <= bar else "fail"
+        out.append(
+            Check(
+                "op",
+                f"chunk vs recurrent, {label}",
+                status,
+                f"fp32 rel error {worst_rel:.1e} (bar {bar:.1e})",
+            )
+        )
+    return out
+
+
+def layer_checks(device: torch.device) -> list[Check]:
+    """One layer under each mode at cp = the ranks here, fp32, forward and backward, against the
+    single-device layer (gdn_cp.accuracy.compare_layer_under_cp)."""
+    world = dist.get_world_size()
+    out = []
+    for mode in MODES:
+        try:
+            check_cp_shapes(mode, LAYER, world)
+        except ValueError as exc:
+            out.append(Check("layer", mode, "info", f"not run: {exc}"))
+            continue
+        try:
+            result = compare_layer_under_cp(
+                LAYER, mode=mode, seq_len=LAYER_TOKENS_PER_RANK * world, batch=1, seed=0, device=device
+            )
+        except Exception as exc:
+            out.append(Check("layer", mode, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
+            continue
+        failures = result.failures(LAYER_BARS)
+        detail = (
+            f"cp {world}: output rel-L2 {result.output.rel_l2:.1e}, input grad {result.input_grad.rel_l2:.1e}"
+        )
+        out.append(
+            Check(
+                "layer",
+                mode,
+                "fail" if failures else "ok",
+                detail + (f"; {', '.join(failures)}" if failures else ""),
+            )
+        )
+    return out
+
+
+def doctor_on_rank(device_kind: str) -> list[Check]:
+    """Every device check on this rank (run by run_on_ranks, its device already set)."""
+    platform = resolve_platform(device_kind)
+    device = platform.device(local_rank())
+    return [
+        *collective_checks(device, platform),
+        *matmul_checks(device, platform),
+        *op_checks(device),
+        *layer_checks(device),
+    ]

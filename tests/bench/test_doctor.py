@@ -1,0 +1,58 @@
+"""`bench doctor`: the host check runs on real ranks here (cpu, 2 ranks), names each problem in one line,
+keeps the worst rank's verdict per check, and exits 2 when a check failed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from rich.console import Console
+
+from bench.cli import main
+from bench.commands import doctor
+from bench.doctor import system
+from bench.doctor.checks import Check
+from bench.measure.contention import Window
+
+pytestmark = pytest.mark.multirank
+
+
+def _console() -> Console:
+    return Console(width=200, record=True, file=open(os.devnull, "w"))
+
+
+def test_doctor_on_cpu_checks_every_part(monkeypatch):
+    monkeypatch.setattr(system, "probe", lambda s: Window(busy_s=0.01, own_s=0.0, steal_s=0.0, total_s=2.0))
+    console = _console()
+    assert doctor.run(device="cpu", console=console) == 0
+    text = console.export_text()
+    for line in ("all_reduce", "all_to_all", "isend/irecv ring", "limit fp32", "chunk vs recurrent, packed"):
+        assert line in text
+    rows = [r for r in text.splitlines() if r.startswith("│ layer")]
+    assert len(rows) == 4 and all("│ ok " in r and "cp 2: output rel-L2" in r for r in rows), rows
+    assert "verdict: ok" in text or "verdict: warn" in text  # a governor or boost may warn on some hosts
+
+
+def test_a_busy_machine_is_named_in_one_line(monkeypatch):
+    busy = Window(busy_s=1.2, own_s=0.0, steal_s=0.0, total_s=2.0)  # others took 60% of 2 cores for 1 s
+    monkeypatch.setattr(system, "probe", lambda s: busy)
+    (check,) = system.load()
+    assert check.status == "warn" and check.detail.startswith("busy machine: others took 60% of the CPU")
+
+
+def test_the_worst_rank_decides_and_a_failure_exits_2(monkeypatch):
+    ok = Check("layer", "p2p", "ok", "cp 2: fine")
+    bad = Check("layer", "p2p", "fail", "output.rel_l2 3.1e-01 > 1.0e-03")
+    monkeypatch.setattr(doctor, "run_on_ranks", lambda *a, **k: [[ok], [bad]])
+    monkeypatch.setattr(doctor, "system_checks", list)
+    checks, world = doctor.device_checks("cpu", 60)
+    assert world == doctor.CPU_RANKS and checks == [Check("layer", "p2p", "fail", f"rank 1: {bad.detail}")]
+    console = _console()
+    assert doctor.run(device="cpu", console=console) == doctor.EXIT_FAILED == 2
+    assert "fail: layer / p2p: rank 1: output.rel_l2 3.1e-01 > 1.0e-03" in console.export_text()
+
+
+def test_a_device_that_is_not_there_is_one_red_line(capsys):
+    assert main(["doctor", "--device", "cuda"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: device 'cuda': no GPU visible to torch") and err.count("\n") == 1
