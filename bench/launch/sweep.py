@@ -67,6 +67,7 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
             per_rank_bytes=r.peak_bytes,
             baseline_bytes=r.baseline_bytes,
             meter=r.meter,
+            device_used_bytes=r.device_used_bytes,
         ),
         threads_per_rank=r.threads,
         throughput=ThroughputResult(

@@ -1,11 +1,17 @@
-"""Peak allocated memory of one step on this rank, read on an untimed pass (meters slow the step).
+"""Peak allocated memory of one step on this rank, read on an untimed pass (meters slow the step): the last
+warmup pass, so that one-time costs of a first pass (workspaces, communicator buffers, caches) are not
+counted as the step's.
 
 What the number includes: everything live when the step starts (the layer's parameters, this rank's input
 shard and output gradient; on npu/cuda also anything else the allocator holds for this process) plus the
 step's own peak on top (activations saved for backward, gradients, temporaries, communication buffers).
 
 Meters, recorded with every reading:
-- "npu-allocator" / "cuda-allocator": the device allocator's peak after Platform.reset_peak_memory.
+- "npu-allocator" / "cuda-allocator": the device allocator's peak after Platform.reset_peak_memory: the
+  tensors torch allocated. It does not see what the device holds outside torch's allocator (NCCL's and
+  HCCL's buffers, the context, the allocator's cached blocks), so on npu/cuda every reading also carries
+  the device's used memory after the step (`device_used_bytes`: total - free of mem_get_info), the memory
+  a rank really takes.
 - "cpu-profiler": torch.profiler with profile_memory=True. Each allocation event (and free: a negative
   `alloc_size`) carries `total_allocated`, a running total of bytes allocated minus freed while any profiler
   has been recording in this process. The total does not restart with a new profiler: memory allocated
@@ -28,7 +34,7 @@ import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
-from gdn_cp.distributed import Platform
+from gdn_cp.distributed import Platform, local_rank
 
 PROFILER_PRELOAD = ("torch._inductor",)
 """What torch.profiler's first start imports (it checks hasattr(torch, "_inductor"): about 1 s, hundreds of
@@ -46,6 +52,8 @@ class MemoryReading:
     """Bytes live at the start of the step (parameters, input, output gradient, ...)."""
     meter: str
     """"npu-allocator", "cuda-allocator" or "cpu-profiler" (see the module docstring)."""
+    device_used_bytes: int | None = None
+    """npu/cuda: the device's used memory after the step, allocator or not (mem_get_info); None on cpu."""
 
 
 def _walk(nodes: Iterable) -> Iterator:
@@ -95,10 +103,12 @@ def measure_peak(
         baseline = platform.memory_allocated()
         step()
         platform.synchronize()
+        free, total = platform.memory_info(local_rank()) or (0, 0)
         return MemoryReading(
             peak_bytes=platform.max_memory_allocated(),
             baseline_bytes=baseline,
             meter=f"{platform.device_type}-allocator",
+            device_used_bytes=total - free,
         )
     baseline = tensor_bytes(live)
     return MemoryReading(

@@ -14,8 +14,9 @@ repeats, outside the timed region. The passes:
 - forward_backward: `layer(x, cu_seqlens=...).backward(grad_output)` with a fixed random grad_output
   shard. Parameter gradients stay partial per rank: their reduction over the CP group (an all-reduce or
   FSDP) is not timed.
-Memory is measured on the first warmup pass (bench.measure.memory: the meter slows the pass, which is
-untimed anyway; with warmup 0 on one extra pass first), so it costs no pass of its own; then each rank's
+Memory is measured on the last warmup pass (bench.measure.memory: the meter slows the pass, which is
+untimed anyway; a first pass's one-time costs are behind it; with warmup 0 on one extra pass first), so it
+costs no pass of its own; then each rank's
 matmul throughput is read (bench.measure.throughput, once per rank process), the limit its achieved
 GFLOP/s is set against. From building the layer to the last timed pass each rank records its CPU time and
 the host's CPU time, steal and load (bench.measure.contention: whether other processes shared the
@@ -53,6 +54,8 @@ class RankResults:
     """[rank] peak allocated bytes of one pass (bench.measure.memory)."""
     baseline_bytes: list[int]
     """[rank] bytes live at the start of that pass."""
+    device_used_bytes: list[int] | None
+    """[rank] npu/cuda: the device's used memory after that pass (bench.measure.memory); None on cpu."""
     meter: str
     """The memory meter used."""
     device_name: str
@@ -129,6 +132,13 @@ def build_pass(
     return step, clear_grads, [*layer.parameters(), x, grad_output]
 
 
+def warm(step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None], passes: int) -> None:
+    """`passes` untimed passes."""
+    for _ in range(passes):
+        step()
+        clear_grads()
+
+
 def time_pass(
     step: Callable[[], torch.Tensor | None],
     clear_grads: Callable[[], None],
@@ -139,9 +149,7 @@ def time_pass(
     group: ProcessGroup | None = None,
 ) -> list[float]:
     """`warmup` untimed passes, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
-    for _ in range(warmup):
-        step()
-        clear_grads()
+    warm(step, clear_grads, warmup)
     samples = []
     for _ in range(case.repeat):
         dist.barrier(group)
@@ -166,9 +174,10 @@ def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = N
     # The contention window: building, warmup and the timed passes (long enough for /proc/stat's ticks).
     load_before, ticks_before, cpu_before = load_average(), cpu_ticks(), time.process_time()
     step, clear_grads, live = build_pass(case, platform, group)
-    memory = measure_peak(step, platform, live)  # the first warmup pass (module docstring)
+    warm(step, clear_grads, max(0, case.warmup - 1))
+    memory = measure_peak(step, platform, live)  # the last warmup pass (module docstring)
     clear_grads()
-    samples = time_pass(step, clear_grads, case, platform, warmup=max(0, case.warmup - 1), group=group)
+    samples = time_pass(step, clear_grads, case, platform, warmup=0, group=group)
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
     dist.barrier(group)
@@ -176,13 +185,22 @@ def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = N
     calibration = matmul_gflops(
         case.chunk_size, case.head_k_dim, case.head_v_dim, dtype=core_dtype, device=device, platform=platform
     )
-    mine = (samples, memory.peak_bytes, memory.baseline_bytes, calibration, reading, pinned)
+    mine = (
+        samples,
+        memory.peak_bytes,
+        memory.baseline_bytes,
+        calibration,
+        reading,
+        pinned,
+        memory.device_used_bytes,
+    )
     everyone: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, mine, group=group)
     return RankResults(
         samples_s=[r[0] for r in everyone],
         peak_bytes=[r[1] for r in everyone],
         baseline_bytes=[r[2] for r in everyone],
+        device_used_bytes=None if memory.device_used_bytes is None else [r[6] for r in everyone],
         meter=memory.meter,
         device_name=platform.device_name(local_rank()),
         threads=torch.get_num_threads(),

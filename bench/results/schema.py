@@ -33,6 +33,7 @@ from bench.results.env import Environment
 from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
+    MemoryResult,
     RunResult,
     ThroughputResult,
 )
@@ -70,6 +71,7 @@ SPECS: dict[type, Spec] = {
     Contention: Spec(optional=frozenset({"window", "earlier"})),
     Environment: Spec(optional=frozenset({"nodes"})),
     ThroughputResult: Spec(optional=frozenset({"matmul_dtype"})),
+    MemoryResult: Spec(optional=frozenset({"device_used_bytes"})),
     Case: Spec(
         extra={
             "case_id": (str, "Stable and readable id, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd` (derived)."),

@@ -76,6 +76,9 @@ class MemoryResult:
     """How it was measured: npu-allocator, cuda-allocator or cpu-profiler (bench.measure.memory)."""
     includes: str = MEMORY_INCLUDES
     """What the number counts."""
+    device_used_bytes: list[int] | None = None
+    """npu/cuda: each rank's device memory in use after the pass, inside torch's allocator or not (NCCL/HCCL
+    buffers, the context, cached blocks: mem_get_info's total - free); None on cpu and in older files."""
 
     @property
     def peak_mib(self) -> float:

@@ -167,6 +167,7 @@ class _ShortCases:
             samples_s=[[0.003, 0.003]] * c.cp,
             peak_bytes=[1 << 20] * c.cp,
             baseline_bytes=[1 << 19] * c.cp,
+            device_used_bytes=None,
             meter="cpu-profiler",
             device_name="cpu",
             threads=1,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from bench.measure.memory import measure_peak, profiler_peak_above_start, tensor_bytes
-from gdn_cp.distributed import resolve_platform
+from gdn_cp.distributed import Platform, resolve_platform
+from gdn_cp.distributed import platform as platform_module
 
 MIB = 2**20
 SIXTEEN_MIB = 4 * MIB  # fp32 elements
@@ -61,3 +62,26 @@ def test_tensor_bytes_counts_storages_once():
     x = torch.zeros(1000)
     y = torch.zeros(10, dtype=torch.float64)
     assert tensor_bytes([x, x[10:], x.view(10, 100), y]) == 4000 + 80
+
+
+def test_on_a_device_the_allocator_peak_comes_with_the_device_used_memory(monkeypatch):
+    """Issue 20: the allocator misses NCCL/HCCL buffers and the context; every device reading also carries
+    mem_get_info's used memory (total - free) of the rank's own device, read after the step."""
+    calls: list[tuple] = []
+
+    class FakeCuda:
+        def __getattr__(self, name):
+            answers = {"memory_allocated": 1 * MIB, "max_memory_allocated": 5 * MIB}
+            answers["mem_get_info"] = (60 * 2**30, 80 * 2**30)
+            return lambda *a: calls.append((name, *a)) or answers.get(name)
+
+    monkeypatch.setattr(torch, "cuda", FakeCuda())
+    monkeypatch.setattr(platform_module, "_chosen", {})
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    platform = Platform("cuda", "nccl")
+    platform.set_device(3)
+    reading = measure_peak(lambda: calls.append(("step",)), platform, [])
+    assert (reading.peak_bytes, reading.baseline_bytes, reading.meter) == (5 * MIB, 1 * MIB, "cuda-allocator")
+    assert reading.device_used_bytes == 20 * 2**30
+    names = [c[0] for c in calls]
+    assert names.index("step") < names.index("mem_get_info") and ("mem_get_info", 3) in calls
