@@ -26,7 +26,7 @@ from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.estimate import human_bytes
-from bench.launch.launcher import MAX_RANKS_PER_CORE
+from bench.launch.launcher import MAX_RANKS_PER_CORE, torchrun_env
 from bench.model.calibrate import calibrate
 from bench.model.links import Interconnect, load_interconnect
 from bench.model.predict import (
@@ -43,7 +43,7 @@ from bench.results.paths import write_new
 from bench.results.store import load_result
 from bench.suite.config import Case
 from bench.suite.loader import find_scenario, load_scenario, load_suite
-from gdn_cp.distributed import MODES, check_cp_shapes, mode_class
+from gdn_cp.distributed import MODES, check_cp_shapes, mode_class, probe_devices, resolve_platform
 
 NAME = "model"
 HELP = "The cost model: calibrate this host's links, check predictions against runs, predict any scale."
@@ -64,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="world sizes to time (default 2 4)",
     )
     cal.add_argument("--output", required=True, help="the interconnect file to write (refused if it exists)")
+    common_args.add_device(cal)
     for name, text in (
         ("check", "predicted vs measured for every cp > 1 case of the results"),
         ("table", "predicted step and peak memory per mode up to cp 128 and 1M tokens, with the pick"),
@@ -98,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
-        return run_calibrate(args.cp, Path(args.output))
+        return run_calibrate(args.cp, Path(args.output), device=args.device or "cpu")
     if args.action == "check":
         return run_check(args.results, Path(args.links))
     return run_table(
@@ -140,32 +141,55 @@ def _links_table(links: Interconnect) -> Table:
     return table
 
 
-def run_calibrate(cps: Sequence[int], output: Path, console: Console | None = None) -> int:
+def run_calibrate(
+    cps: Sequence[int], output: Path, *, device: str = "cpu", console: Console | None = None
+) -> int:
     console = console or default_console
     bad = [cp for cp in cps if cp < 2]
     if bad:
         raise UserError(f"--cp {' '.join(map(str, bad))}: collectives need at least 2 ranks, e.g. --cp 2 4")
+    platform, job = resolve_platform(device), torchrun_env()
+    writes = job is None or job.rank == 0  # under torchrun, rank 0 writes
     most = MAX_RANKS_PER_CORE * (os.cpu_count() or 1)
-    if max(cps) > most:
+    if job is None and platform.device_type != "cpu":
+        most = len(probe_devices(platform))
+    if job is None and max(cps) > most:
         raise UserError(
             f"--cp {max(cps)}: more local ranks than the {most} this host can run usefully "
-            f"({MAX_RANKS_PER_CORE} per core); give world sizes up to {most}"
+            f"({'one per device' if platform.device_type != 'cpu' else f'{MAX_RANKS_PER_CORE} per core'}); "
+            f"give world sizes up to {most}, or run across nodes under torchrun"
         )
-    _new_file(output)
-    links = calibrate(tuple(cps))
-    _write_new(output, yaml.safe_dump(links.to_dict(), sort_keys=False))
-    console.print(_links_table(links))
-    console.print(f"wrote {output}")
+    if writes:
+        _new_file(output)
+    links = calibrate(tuple(cps), device=device)
+    if writes:
+        _write_new(output, yaml.safe_dump(links.to_dict(), sort_keys=False))
+        console.print(_links_table(links))
+        console.print(f"wrote {output}")
     return 0
 
 
 def _inputs(results: Sequence[str], links: Path) -> tuple[list, ComputeModel, Interconnect]:
+    """The runs, their compute fit and the links; UserError when the compute was measured on another kind
+    of device than the links' (a CPU's cp 1 times do not say what a GPU's step costs)."""
     runs = [load_result(p) for p in results]
+    interconnect = load_interconnect(links)
+    if interconnect.device is not None:
+        theirs = {run.environment.device_type for run in runs}
+        others = sorted(theirs - {interconnect.device})
+        if others:
+            target = {"cuda": "gpu-smoke", "npu": "npu-cp4-32k"}.get(interconnect.device, "cpu-scaling")
+            raise UserError(
+                f"{', '.join(results)}: measured on {', '.join(others)}, but {links} holds "
+                f"{interconnect.device} links: compute must come from the target device's own cp 1 "
+                f"cases; run a scenario with cp 1 cases there (e.g. `bench run {target} --filter cp=1`) "
+                "and give its result file"
+            )
     try:
         compute = fit_compute(runs)
     except ValueError as e:
         raise UserError(f"{', '.join(results)}: {e}") from e
-    return runs, compute, load_interconnect(links)
+    return runs, compute, interconnect
 
 
 def run_check(results: Sequence[str], links: Path, console: Console | None = None) -> int:
@@ -225,16 +249,20 @@ def _unmeasured(compute: ComputeModel, case: Case) -> str | None:
     return "no cp 1 case measured to fit its compute"
 
 
-def _why(best: Prediction, ranked: list[Prediction]) -> str:
-    parts = []
-    if len(ranked) > 1:
-        second = ranked[1]
-        share = second.comm_s / second.total_s if second.total_s else 0.0
-        parts.append(
-            f"next {second.case.mode} +{second.total_s / best.total_s - 1:.0%}"
-            + (f" ({share:.0%} communication)" if share >= 0.2 else "")
-        )
-    return "; ".join(parts)
+def _why(best: Prediction, ranked: list[Prediction], error: float | None) -> str:
+    """Why `best` is the pick: the runner-up's margin, or a tie when the margin is inside the model's own
+    error (its median absolute error on the measured cases; None: not checked)."""
+    if len(ranked) < 2:
+        return ""
+    second = ranked[1]
+    margin = second.total_s / best.total_s - 1
+    share = second.comm_s / second.total_s if second.total_s else 0.0
+    comm = f" ({share:.0%} communication)" if share >= 0.2 else ""
+    if error is None:
+        return f"next {second.case.mode} +{margin:.0%}{comm} (the model's error is unchecked)"
+    if margin <= error:
+        return f"tie with {second.case.mode} within the model's error (+{margin:.0%} <= {error:.0%})"
+    return f"next {second.case.mode} +{margin:.0%}{comm}"
 
 
 def run_table(
@@ -278,6 +306,8 @@ def run_table(
     for h in headers:
         table.add_column(h, justify="right" if h in ("T", "cp", *MODES) else "left")
     md_rows, reasons = [], {}
+    checks = check_runs(runs, compute, interconnect)
+    error = statistics.median(abs(c.error) for c in checks) if checks else None
     for seq_len, cp, preds, fits, excluded in rows:
         by_mode = {p.case.mode: p for p in preds}
         cells = [
@@ -285,7 +315,7 @@ def run_table(
             for m in MODES
         ]
         pick = fits[0].case.mode if fits else "none fits"
-        why = _why(fits[0], fits) if fits else ""
+        why = _why(fits[0], fits, error) if fits else ""
         for mode, reason in excluded.items():
             reasons.setdefault(f"{mode}: {reason}", None)
         row = [f"{seq_len // 1024}K", str(cp), *cells, pick, why]
@@ -293,7 +323,7 @@ def run_table(
         md_rows.append(row)
     console.print(table)
     assumptions = _assumptions(compute, interconnect, template, threads, results, sorted(notes))
-    assumptions.append(_check_line(check_runs(runs, compute, interconnect)))
+    assumptions.append(_check_line(checks))
     if reasons:
         assumptions.append("not picked where shown '-' or over the memory: " + "; ".join(reasons))
     for line in assumptions:

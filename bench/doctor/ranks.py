@@ -110,9 +110,9 @@ def collective_checks(device: torch.device, platform) -> list[Check]:
 
     for name, run in (
         ("init + barrier", lambda: dist.barrier() or True),
-        ("all_reduce", all_reduce),
-        ("all_gather", all_gather),
-        ("all_to_all", all_to_all),
+        ("all-reduce", all_reduce),
+        ("all-gather", all_gather),
+        ("all-to-all", all_to_all),
         ("isend/irecv ring", point_to_point),
         ("broadcast", broadcast),
     ):

@@ -9,14 +9,23 @@ ten seconds per world size on a 2-core CPU.
 
 from __future__ import annotations
 
+import datetime
+import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
+from bench.launch.launcher import torchrun_env
 from bench.model.links import LINK_KINDS, Interconnect, fit_link
-from gdn_cp.distributed import run_on_ranks
+from gdn_cp.distributed import (
+    init_rank_group,
+    local_rank,
+    resolve_platform,
+    run_on_ranks,
+    teardown_process_group,
+)
 from gdn_cp.distributed.comm_stats import ALL_GATHER, ALL_TO_ALL, P2P
 
 SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
@@ -44,24 +53,31 @@ def _call(kind: str, buf: torch.Tensor, out: torch.Tensor) -> None:
         dist.all_reduce(buf)
 
 
-def calibration_rank(sizes: tuple[int, ...], repeats: int) -> list[tuple[str, int, int, float]]:
-    """On every rank: (kind, cp, bytes, seconds of one call, the slowest rank's median) for each point."""
+def calibration_rank(
+    sizes: tuple[int, ...], repeats: int, device_kind: str = "cpu"
+) -> list[tuple[str, int, int, float]]:
+    """On every rank: (kind, cp, bytes, seconds of one call, the slowest rank's median) for each point, with
+    the buffers on this rank's device (the backend's own path: NCCL/HCCL between devices, gloo on cpu)."""
     cp = dist.get_world_size()
+    platform = resolve_platform(device_kind)
+    device = platform.device(local_rank())
     out = []
     for kind in LINK_KINDS:
         for nbytes in sizes:
             n = nbytes // 4
             n -= n % cp  # all-to-all splits the buffer evenly
-            buf = torch.ones(n, dtype=torch.float32)
-            gathered = torch.empty(n * cp, dtype=torch.float32)
+            buf = torch.ones(n, dtype=torch.float32, device=device)
+            gathered = torch.empty(n * cp, dtype=torch.float32, device=device)
             times = []
             for i in range(WARMUP + repeats):
                 dist.barrier()
+                platform.synchronize()
                 start = time.perf_counter()
                 _call(kind, buf, gathered)
+                platform.synchronize()
                 if i >= WARMUP:
                     times.append(time.perf_counter() - start)
-            median = torch.tensor(statistics.median(times), dtype=torch.float64)
+            median = torch.tensor(statistics.median(times), dtype=torch.float32, device=device)
             dist.all_reduce(median, op=dist.ReduceOp.MAX)
             seconds = median.item() / (2 if kind == P2P else 1)
             out.append((kind, cp, n * 4, seconds))
@@ -71,20 +87,40 @@ def calibration_rank(sizes: tuple[int, ...], repeats: int) -> list[tuple[str, in
 def calibrate(
     world_sizes: tuple[int, ...],
     *,
+    device: str = "cpu",
     sizes: tuple[int, ...] = SIZES,
     repeats: int = REPEATS,
     timeout_s: float = 120,
 ) -> Interconnect:
-    """Launch each world size, time every kind, fit the links. gloo on this host's loopback."""
+    """Launch each world size on this host's devices, time every kind, fit the links (gloo between CPU
+    ranks on loopback, NCCL/HCCL between the node's devices). Under torchrun, this process is one rank of
+    the job and the job's world size is the one measured, across its nodes."""
+    platform = resolve_platform(device)
     samples = []
-    for cp in world_sizes:
-        samples += run_on_ranks(calibration_rank, cp, (sizes, repeats), timeout_s=timeout_s)[0]
+    if torchrun_env() is not None:
+        init_rank_group(platform, datetime.timedelta(seconds=timeout_s))
+        try:
+            samples = calibration_rank(sizes, repeats, platform.device_type)
+        finally:
+            teardown_process_group(datetime.timedelta(seconds=timeout_s))
+        world_sizes = (int(os.environ["WORLD_SIZE"]),)
+    else:
+        for cp in world_sizes:
+            samples += run_on_ranks(
+                calibration_rank,
+                cp,
+                (sizes, repeats, platform.device_type),
+                device=device,
+                timeout_s=timeout_s,
+            )[0]
     links = {
         kind: fit_link(kind, [(cp, n, s) for k, cp, n, s in samples if k == kind]) for kind in LINK_KINDS
     }
+    where = "across the job's nodes" if torchrun_env() is not None else "on this host"
     return Interconnect(
-        name=f"gloo on this host, cp {', '.join(map(str, world_sizes))}",
+        name=f"{platform.backend} {where}, cp {', '.join(map(str, world_sizes))}",
         source="measured (bench model calibrate)",
         links=links,
         samples=[{"kind": k, "cp": cp, "bytes": n, "seconds": s} for k, cp, n, s in samples],
+        device=platform.device_type,
     )

@@ -80,6 +80,8 @@ class Interconnect:
     links: dict[str, Link]
     samples: list[dict[str, Any]] = field(default_factory=list)
     """The calibration's measurements (kind, cp, bytes, seconds), when measured."""
+    device: str | None = None
+    """The device type whose links these are (cpu, cuda, npu); None: not stated (a typed file may say)."""
 
     def link(self, kind: str) -> Link:
         return self.links[COSTED_AS.get(kind, kind)]
@@ -96,6 +98,7 @@ class Interconnect:
                 k: {"latency_us": v.latency_s * 1e6, "bandwidth_gb_s": v.bandwidth_bytes_s / 1e9}
                 for k, v in self.links.items()
             },
+            **({"device": self.device} if self.device else {}),
             **({"samples": self.samples} if self.samples else {}),
         }
 
@@ -133,11 +136,15 @@ def interconnect_from_dict(data: Any, origin: str) -> Interconnect:
             _positive(spec["latency_us"], f"{origin}: links.{kind}.latency_us") * 1e-6,
             _positive(spec["bandwidth_gb_s"], f"{origin}: links.{kind}.bandwidth_gb_s") * 1e9,
         )
+    device = data.get("device")
+    if device is not None and device not in ("cpu", "cuda", "npu"):
+        raise UserError(f"{origin}: device must be cpu, cuda or npu (the links' device), got {device!r}")
     return Interconnect(
         name=str(data.get("name", Path(origin).stem)),
         source=str(data.get("source", "not stated")),
         links=parsed,
         samples=list(data.get("samples", [])),
+        device=device,
     )
 
 

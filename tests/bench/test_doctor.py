@@ -26,7 +26,7 @@ def test_doctor_on_cpu_checks_every_part(monkeypatch):
     console = _console()
     assert doctor.run(device="cpu", console=console) == 0
     text = console.export_text()
-    for line in ("all_reduce", "all_to_all", "isend/irecv ring", "limit fp32", "chunk vs recurrent, packed"):
+    for line in ("all-reduce", "all-to-all", "isend/irecv ring", "limit fp32", "chunk vs recurrent, packed"):
         assert line in text
     rows = [r for r in text.splitlines() if r.startswith("│ layer")]
     assert len(rows) == 4 and all("│ ok " in r and "cp 2: output rel-L2" in r for r in rows), rows

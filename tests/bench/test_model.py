@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from bench.cli import main
+from bench.commands import model as model_command
 from bench.errors import UserError
 from bench.model.calibrate import calibrate
 from bench.model.links import (
@@ -21,7 +22,16 @@ from bench.model.links import (
     steps,
     wire_bytes,
 )
-from bench.model.predict import ComputeModel, LineFit, check_runs, comm_seconds, fit_compute, predict, scaled
+from bench.model.predict import (
+    ComputeModel,
+    LineFit,
+    Prediction,
+    check_runs,
+    comm_seconds,
+    fit_compute,
+    predict,
+    scaled,
+)
 from bench.results.store import load_result
 from bench.suite.config import Case
 from gdn_cp.layers import GatedDeltaNetConfig
@@ -185,3 +195,54 @@ def test_bench_model_check_and_table(tmp_path: Path, capsys) -> None:
     assert main([*argv, "--markdown", str(md)]) == 1  # never overwritten
     assert "exists" in capsys.readouterr().err
     assert main(["model", "calibrate", "--cp", "1", "--output", str(tmp_path / "x.yaml")]) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["calibrate", "--cp", "64", "--output", "x.yaml"], "--cp 64: more local ranks than the"),
+        (["calibrate", "--cp", "1", "--output", "x.yaml"], "argument --cp: 1 is below 2"),
+        (["table", "r.json", "--links", "l.yaml", "--cp", "0"], "argument --cp: 0 is below 1"),
+        (["table", "r.json", "--links", "l.yaml", "--cp", "-3"], "argument --cp: -3 is below 1"),
+        (["table", "r.json", "--links", "l.yaml", "--seq-len", "0"], "argument --seq-len: 0 is below 1"),
+        (["table", "r.json", "--links", "l.yaml", "--memory-gib", "-1"], "--memory-gib: -1 must be a finite"),
+        (
+            ["table", "r.json", "--links", "l.yaml", "--cp", "two"],
+            "argument --cp: 'two' is not a whole number",
+        ),
+    ],
+)
+def test_bad_model_arguments_are_one_line_before_anything_runs(argv, message, tmp_path, capsys, monkeypatch):
+    """Issue 21: calibrate refuses more ranks than the host runs (it started 64 ranks on 2 cores), and the
+    table refuses a cp, length or memory that cannot be (a ZeroDivisionError, or a table of nonsense)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["model", *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_the_table_calls_a_tie_within_its_own_error() -> None:
+    """Issue 20: two modes whose predicted steps differ by less than the model's error on the measured
+    cases are a tie, not a pick by +0%; without a check the margin is given as unchecked."""
+    best = Prediction(_case("p2p", 64, 1 << 20), compute_s=1.0, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
+    close = Prediction(_case("scan", 64, 1 << 20), compute_s=1.05, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
+    far = Prediction(_case("scan", 64, 1 << 20), compute_s=1.5, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
+    assert (
+        model_command._why(best, [best, close], 0.11) == "tie with scan within the model's error (+5% <= 11%)"
+    )
+    assert model_command._why(best, [best, far], 0.11) == "next scan +50%"
+    assert model_command._why(best, [best, far], None) == "next scan +50% (the model's error is unchecked)"
+    assert model_command._why(best, [best], 0.11) == ""
+
+
+def test_compute_of_another_device_is_refused(tmp_path: Path, capsys) -> None:
+    """Issue 20: CPU cp 1 times say nothing of a GPU's step: links of cuda with a CPU run are refused,
+    naming what to run."""
+    links = tmp_path / "links.yaml"
+    links.write_text(yaml.safe_dump({**LINKS, "device": "cuda"}), encoding="utf-8")
+    assert main(["model", "table", str(SCALING), "--links", str(links)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "measured on cpu, but" in err and "holds cuda links: compute must come from the target device" in err
+    )
+    assert "bench run gpu-smoke --filter cp=1" in err
