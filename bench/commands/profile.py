@@ -282,9 +282,15 @@ def run(
     if platform.device_type != "cpu":
         notes.append(
             f"on {platform.device_type} collectives are asynchronous on the host: their time shows as "
-            "compute "
-            "here; see the device rows of the traces"
+            "compute here; the device's timeline says what overlap hid:"
         )
+        for prof in profiles:
+            if prof.device is not None:
+                d = prof.device
+                notes.append(
+                    f"rank {prof.rank} on the device: collective kernels {_ms(d.communication_us)} a step, "
+                    f"exposed (no compute kernel alongside) {_ms(d.exposed_us)}, {d.hidden:.0%} hidden"
+                )
     if slow is not None:
         console.print(
             f"straggler: rank {slow.rank} (step {_ms(slow.step_us)}, {_ms(slow.excess_us)} over the other "
@@ -313,6 +319,11 @@ def run(
         ],
         "memory": [{"rank": p.rank, "bytes": p.memory, "error": p.memory_error} for p in profiles],
         "memory_meter": MEMORY_METER,
+        "device_timeline": [
+            {"rank": p.rank, "communication_us": p.device.communication_us, "exposed_us": p.device.exposed_us}
+            for p in profiles
+            if p.device is not None
+        ],
         "traces": [Path(p.trace_path).name for p in profiles],
     }
     if job is None or job.rank == 0:

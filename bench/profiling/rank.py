@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.measure.rank import build_pass
-from bench.profiling.traces import STEP_LABEL, RankTimeline, read_timeline
+from bench.profiling.traces import STEP_LABEL, DeviceExposure, RankTimeline, device_exposure, read_timeline
 from bench.suite.config import Case
 from gdn_cp.distributed import Platform, count_communication, resolve_platform
 from gdn_cp.distributed.comm_model import layer_communication
@@ -53,6 +53,9 @@ class RankProfile:
     Total."""
     memory_error: str | None = None
     """Why there is no memory breakdown, when the meter failed."""
+    device: DeviceExposure | None = None
+    """npu/cuda: communication and the part of it no compute hid, from the device's timeline (None on cpu,
+    whose host timeline says it: bench.profiling.traces)."""
 
 
 def _profiler(platform: Platform):
@@ -152,6 +155,7 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
         model=model,
         memory=memory,
         memory_error=memory_error,
+        device=device_exposure(trace, steps),
     )
     everyone: list[Any] = [None] * cp
     dist.all_gather_object(everyone, mine)

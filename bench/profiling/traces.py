@@ -24,8 +24,11 @@ range, is a blocked interval that counts as waiting in full: by then the rank ha
 The categories add up to the step time. Averages over the profiled steps are reported.
 
 On cuda and npu the host view differs: NCCL/HCCL collectives are asynchronous on the host, so the calling
-thread does not block in them and their time shows up as compute (the step ends with a device
-synchronize); read the device rows of the trace in Perfetto there.
+thread does not block in them (work.wait() only makes the compute stream wait) and a `gdn_cp.wait.*` range
+reads about 0 there. What overlap hides or not is then read from the device's timeline
+(`device_exposure`): the kernels of the trace, each on a stream; a collective's kernels (NCCL's, HCCL's)
+are communication, every other kernel compute. Exposed communication is the time some collective kernel
+runs while no compute kernel runs on the device: the time its compute streams sit idle for a collective.
 """
 
 from __future__ import annotations
@@ -330,4 +333,72 @@ def straggler(breakdowns: Sequence[RankBreakdown]) -> Straggler | None:
         excess_us=slow.step_us - sum(b.step_us for b in others) / len(others),
         phase=phase,
         phase_excess_us=excess[phase],
+    )
+
+
+COMM_KERNEL_PREFIXES = ("nccl", "hccl", "hcom", "ncclDevKernel", "ncclKernel")
+"""Lower-cased starts of the names of a collective's device kernels (NCCL's on cuda; HCCL's on npu)."""
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Chrome-trace categories of work on the device's streams."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceExposure:
+    """One rank's device timeline, per profiled step (microseconds, averages over the steps)."""
+
+    communication_us: float
+    """Time at least one collective kernel ran."""
+    exposed_us: float
+    """Of that, the time no compute kernel ran alongside: communication the compute did not hide."""
+
+    @property
+    def hidden(self) -> float:
+        """The share of the communication that overlapped compute (1: fully hidden)."""
+        return 1.0 - self.exposed_us / self.communication_us if self.communication_us > 0 else 1.0
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of the (disjoint, sorted) intervals `a` outside the (disjoint, sorted) intervals `b`."""
+    out = []
+    for start, end in a:
+        cursor = start
+        for b0, b1 in b:
+            if b1 <= cursor or b0 >= end:
+                continue
+            if b0 > cursor:
+                out.append((cursor, b0))
+            cursor = max(cursor, b1)
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def device_exposure(trace: dict[str, Any], steps: int) -> DeviceExposure | None:
+    """Communication and its exposed part on the device's timeline of one rank's trace (module docstring),
+    per step (`steps` profiled steps); None when the trace holds no device kernels (cpu)."""
+    kernels = [e for e in _x_events(trace) if e.get("cat") in DEVICE_CATEGORIES]
+    if not kernels or steps < 1:
+        return None
+    comm, compute = [], []
+    for e in kernels:
+        start = float(e["ts"])
+        span = (start, start + float(e["dur"]))
+        (comm if e["name"].lower().startswith(COMM_KERNEL_PREFIXES) else compute).append(span)
+    comm_u, compute_u = _union(comm), _union(compute)
+    return DeviceExposure(
+        communication_us=_length(comm_u) / steps, exposed_us=_length(_minus(comm_u, compute_u)) / steps
     )

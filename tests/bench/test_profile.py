@@ -10,7 +10,7 @@ import pytest
 
 from bench.cli import main
 from bench.commands import profile as profile_command
-from bench.profiling import RankTimeline, breakdown, read_timeline, straggler
+from bench.profiling import RankTimeline, breakdown, read_timeline, straggler, traces
 from bench.profiling.traces import Collective, StepTimeline
 
 PROFILE = """\
@@ -224,3 +224,26 @@ def test_posted_transfers_block_only_while_posting_and_their_wait_is_waiting():
     ]
     (b,) = breakdown([RankTimeline(rank=0, steps=[step])])
     assert (b.compute_us, b.collectives_us, b.waiting_us) == (83, {"all_gather": 2}, 15)
+
+
+def _kernel(name: str, ts: float, dur: float, stream: int) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+
+def test_exposed_communication_is_read_from_the_device_timeline():
+    """Issue 20: on NCCL/HCCL the host's waits read ~0 (work.wait() only makes the stream wait), so the
+    communication overlap hid is read from the device's kernels: a collective kernel's time with no
+    compute kernel alongside on any stream is exposed."""
+    trace = {
+        "traceEvents": [
+            _kernel("ampere_sgemm_128x64", 0, 100, 7),  # compute on stream 7
+            _kernel("ncclDevKernel_AllGather_RING_LL", 60, 80, 13),  # 60-140: 40 hidden, 40 exposed
+            _kernel("void at::native::vectorized_elementwise_kernel", 150, 20, 7),
+            _kernel("ncclDevKernel_SendRecv", 160, 30, 13),  # 160-190: 10 hidden, 20 exposed
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500},  # host: not counted
+        ]
+    }
+    d = traces.device_exposure(trace, steps=2)
+    assert d.communication_us == pytest.approx((80 + 30) / 2) and d.exposed_us == pytest.approx((40 + 20) / 2)
+    assert d.hidden == pytest.approx(1 - 60 / 110)
+    assert traces.device_exposure({"traceEvents": trace["traceEvents"][-1:]}, steps=2) is None  # cpu trace
