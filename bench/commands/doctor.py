@@ -18,7 +18,7 @@ from rich.table import Table
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.doctor.checks import SEVERITY, Check, worst
-from bench.doctor.ranks import doctor_on_rank
+from bench.doctor.rank import doctor_on_rank
 from bench.doctor.system import system_checks
 from bench.launch.estimate import human_bytes
 from gdn_cp.distributed import RankFailure, probe_devices, resolve_platform, run_on_ranks

@@ -1,2 +1,2 @@
 """`bench doctor`'s checks of a host before a long sweep: the machine (system.py) and its devices on real
-ranks (ranks.py), each a Check (checks.py) with a status and one line of detail."""
+ranks (rank.py), each a Check (checks.py) with a status and one line of detail."""
