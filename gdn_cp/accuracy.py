@@ -22,6 +22,7 @@ from gdn_cp.distributed.collectives import all_reduce_gradients, group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.sharding import gather_sequence, shard_sequence
+from gdn_cp.dtypes import matmul_precision
 from gdn_cp.layers import GatedDeltaNetConfig, seeded_layer
 
 
@@ -193,6 +194,7 @@ def compare_layer_under_cp(
     layout: str = DEFAULT_LAYOUT,
     documents: Sequence[int] | None = None,
     overlap: bool = False,
+    precision: str = "fp32",
 ) -> LayerComparison:
     """Run on every rank of `group`: the CP layer vs the full-sequence reference with identical weights.
 
@@ -208,6 +210,9 @@ def compare_layer_under_cp(
             gets them as cu_seqlens, and the reference runs every document on its own, as if alone (so the
             comparison also proves that nothing crosses a boundary)
         overlap: the CP layer's LinearAttentionContextParallel.overlap
+        precision: how the CP layer's fp32 matmuls run (gdn_cp.dtypes.Precision: tf32 on a device's matrix
+            units); the reference always runs in full fp32, so the comparison holds that precision to the
+            bars
     """
     rank, _ = group_rank_size(group)
     gen = torch.Generator().manual_seed(seed)
@@ -223,14 +228,15 @@ def compare_layer_under_cp(
         layer_hook(cp_layer)
     cu_seqlens = None if documents is None else torch.tensor(list(documents), device=device)
     x_local = shard_sequence(x, group, layout=layout).clone().requires_grad_(True)
-    y_local = cp_layer(x_local, cu_seqlens=cu_seqlens)
-    y_local.backward(shard_sequence(grad_out, group, layout=layout))
+    with matmul_precision(precision, torch.device(device).type):
+        y_local = cp_layer(x_local, cu_seqlens=cu_seqlens)
+        y_local.backward(shard_sequence(grad_out, group, layout=layout))
     all_reduce_gradients(cp_layer.parameters(), group)
     y_cp = gather_sequence(y_local.detach(), group, layout=layout)
     gx_cp = gather_sequence(x_local.grad, group, layout=layout)
 
     result: list[LayerComparison | None] = [None]
-    if rank == 0:
+    if rank == 0:  # the reference in full fp32 whatever `precision` (matmul_precision restored the flags)
         x_ref = x.clone().requires_grad_(True)
         if documents is None:
             y_ref = ref(x_ref)

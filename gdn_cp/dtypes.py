@@ -1,8 +1,20 @@
-"""Dtype names as configs and scenarios spell them."""
+"""Dtype names as configs and scenarios spell them, and the precision the ops' fp32 matmuls run in."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal, get_args
+
 import torch
+
+Precision = Literal["fp32", "tf32"]
+"""How the fp32 matmuls of the layer (the chunked core accumulates bf16 inputs in fp32) run on a device:
+fp32, in full fp32 (TF32 off: far below the matrix units on a GPU or NPU); tf32, on the matrix units in
+TF32 (NVIDIA) or HF32 (Ascend), 10-bit mantissas with fp32 accumulation, the state chain and every
+elementwise op still fp32. The CPU has no such mode: there both are fp32."""
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
@@ -35,3 +47,35 @@ def dtype_name(dtype: torch.dtype) -> str:
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp64 stays fp64; everything else (fp32, bf16, fp16) accumulates in fp32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: unknown {precision!r}; use one of {', '.join(PRECISIONS)}")
+
+
+def _precision_flags(device_type: str) -> list[tuple[object, str]]:
+    """The (namespace, attribute) flags that let fp32 matmuls and convolutions use the matrix units."""
+    if device_type == "cuda":
+        return [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+    if device_type == "npu":
+        npu = getattr(torch, "npu", None) or importlib.import_module("torch_npu").npu
+        return [(npu.matmul, "allow_hf32"), (npu.conv, "allow_hf32")]
+    return []
+
+
+@contextmanager
+def matmul_precision(precision: str, device_type: str) -> Iterator[None]:
+    """Run the block's fp32 matmuls and convolutions at `precision` (Precision) on `device_type`, restoring
+    the flags after: torch.backends.cuda.matmul / cudnn allow_tf32 on cuda, torch_npu's matmul / conv
+    allow_hf32 on npu; nothing changes on cpu."""
+    check_precision(precision)
+    flags = _precision_flags(device_type)
+    before = [getattr(space, name) for space, name in flags]
+    try:
+        for space, name in flags:
+            setattr(space, name, precision == "tf32")
+        yield
+    finally:
+        for (space, name), value in zip(flags, before, strict=True):
+            setattr(space, name, value)

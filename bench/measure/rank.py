@@ -40,7 +40,7 @@ from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from bench.suite.config import Case
 from gdn_cp import LinearAttentionContextParallel
 from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform, shard_sequence
-from gdn_cp.dtypes import accumulation_dtype, to_dtype
+from gdn_cp.dtypes import accumulation_dtype, matmul_precision, to_dtype
 from gdn_cp.layers import seeded_layer
 
 
@@ -165,7 +165,12 @@ def time_pass(
 
 def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = None) -> RankResults:
     """Time and measure `case` on this rank (the function every rank of a launch runs), in `group` (the
-    case's CP group; None: the default group, a launch of cp ranks)."""
+    case's CP group; None: the default group, a launch of cp ranks), its matmuls at the case's precision."""
+    with matmul_precision(case.precision, resolve_platform(device_kind).device_type):
+        return _measure(case, device_kind, group)
+
+
+def _measure(case: Case, device_kind: str, group: ProcessGroup | None) -> RankResults:
     platform = resolve_platform(device_kind)
     # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
     pinned = platform.device_type == "cpu" and pin_threads(

@@ -12,8 +12,8 @@ process, shape and dtype: every case of a pool lifetime (bench.launch.pool) is s
 reading, so their fractions compare without the calibration's own noise. On a busy machine the best of a
 few is still slowed down: compare fractions only between cases measured on an idle one.
 
-The dtype is named as the matmul runs it: fp32, tf32 (fp32 with torch's TF32 matmuls allowed, on a GPU),
-bf16, fp16, fp64 (`matmul_dtype_name`).
+The dtype is named as the matmul runs it: fp32, tf32 (fp32 with TF32 matmuls allowed, on a GPU), hf32 (the
+same on an Ascend NPU), bf16, fp16, fp64 (`matmul_dtype_name`).
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ _readings: dict[tuple, float] = {}
 
 
 def matmul_dtype_name(dtype: torch.dtype, device: torch.device) -> str:
-    """The dtype a matmul of `dtype` tensors runs in on `device`: fp32 is tf32 on a GPU that allows TF32
-    matmuls (torch.backends.cuda.matmul.allow_tf32)."""
+    """The dtype a matmul of `dtype` tensors runs in on `device` now: fp32 is tf32 on a GPU that allows TF32
+    matmuls, hf32 on an NPU that allows HF32 (gdn_cp.dtypes.matmul_precision sets both)."""
     if dtype == torch.float32 and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         return "tf32"
+    if dtype == torch.float32 and device.type == "npu" and getattr(torch.npu.matmul, "allow_hf32", False):
+        return "hf32"
     return dtype_name(dtype)
 
 

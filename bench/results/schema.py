@@ -77,7 +77,7 @@ SPECS: dict[type, Spec] = {
             "case_id": (str, "Stable and readable id, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd` (derived)."),
             "local_seq_len": (int, "Tokens per rank: seq_len // cp (derived)."),
         },
-        optional=frozenset({"dtype_in_id", "layout", "documents", "rounds", "overlap"}),
+        optional=frozenset({"dtype_in_id", "layout", "documents", "rounds", "overlap", "precision"}),
     ),
     LayerVerification: Spec(
         rename={"case": "params"},

@@ -26,7 +26,7 @@ from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, ModeName
 from gdn_cp.distributed.modes import CommCase
 from gdn_cp.distributed.platform import DeviceKind
-from gdn_cp.dtypes import DTYPES, dtype_name, to_dtype
+from gdn_cp.dtypes import DTYPES, Precision, dtype_name, to_dtype
 
 Mode = ModeName
 """CP modes of gdn_cp.LinearAttentionContextParallel (the registry, gdn_cp.distributed.modes)."""
@@ -267,6 +267,9 @@ class Scenario:
     dtype: str | list[str] = "fp32"
     """Parameter and activation dtype: fp32, bf16, fp16, fp64 (or their long names); a list sweeps several
     (each case takes one, and case ids then end with it: `p2p-ckpt-cp2-T128-fwd_bwd-bf16`)."""
+    precision: Precision = "fp32"
+    """How the layer's fp32 matmuls run on a device: fp32 (TF32 off), or tf32 (TF32 on a GPU, HF32 on an
+    NPU, fp32 accumulation; gdn_cp.dtypes.Precision); the same on cpu. Case ids of tf32 end with `-tf32`."""
     batch: int = 1
     """Sequences per step (B)."""
     seed: int = 0
@@ -381,6 +384,7 @@ class Scenario:
             repeat=repeat if self.repeat is None else self.repeat,
             rounds=rounds if self.rounds is None else self.rounds,
             dtype_in_id=isinstance(self.dtype, list) and len(self.dtype) > 1,
+            precision=self.precision,
         )
         out: dict[str, Case] = {}
         for sweep in self.effective_sweeps():
@@ -481,6 +485,9 @@ class Case:
     overlap: bool = False
     """The summary exchange overlapped with the outputs' state-free part (modes with a summary, cp > 1);
     false in files written before it existed."""
+    precision: Precision = "fp32"
+    """How the layer's fp32 matmuls ran on the device (gdn_cp.dtypes.Precision); fp32 in files written
+    before it existed."""
 
     def __post_init__(self) -> None:
         # from_dict hands the stored mapping; Scenario.cases a Documents
@@ -510,6 +517,7 @@ class Case:
         ckpt = "" if self.checkpoint is None else ("-ckpt" if self.checkpoint else "-nockpt")
         ckpt += "-overlap" if self.overlap else ""
         dtype = f"-{dtype_name(to_dtype(self.dtype))}" if self.dtype_in_id else ""
+        dtype += "" if self.precision == "fp32" else f"-{self.precision}"
         return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}{self.input_tag}-{PASS_TAGS[self.pass_]}{dtype}"
 
     @property

@@ -51,6 +51,7 @@ def compare_on_rank(
             layout=case.layout,
             documents=case.cu_seqlens(),
             overlap=case.overlap,
+            precision=case.precision,
         )
         for seed in seeds
     ]
