@@ -41,8 +41,28 @@ class GitInfo:
         return self.commit[:8]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeEnvironment:
+@dataclass(kw_only=True, slots=True)
+class HostEnvironment:
+    """What one host runs: its code, software, devices and CPU."""
+
+    git_commit: str
+    git_dirty: bool
+    python_version: str
+    torch_version: str
+    torch_npu_version: str | None
+    """None when torch-npu is not installed."""
+    device_type: str
+    """cpu, cuda or npu."""
+    device_name: str
+    """Accelerator name, or the CPU architecture on cpu."""
+    hostname: str
+    cpu_model: str
+    """From /proc/cpuinfo ("model name"), else the platform's processor string."""
+    cpu_count: int
+
+
+@dataclass(kw_only=True, slots=True)
+class NodeEnvironment(HostEnvironment):
     """One node of a torchrun job, as its first rank saw it."""
 
     COMPARED: ClassVar[tuple[str, ...]] = (
@@ -57,41 +77,17 @@ class NodeEnvironment:
 
     node: int
     """The node's index in the job (torchrun's GROUP_RANK)."""
-    hostname: str
     ranks: int
     """Ranks on the node (LOCAL_WORLD_SIZE)."""
-    git_commit: str
-    git_dirty: bool
-    python_version: str
-    torch_version: str
-    torch_npu_version: str | None
-    device_type: str
-    device_name: str
-    cpu_model: str
-    cpu_count: int
 
 
 @dataclass(kw_only=True, slots=True)
-class Environment:
-    """Identity of a run."""
+class Environment(HostEnvironment):
+    """Identity of a run: the host that wrote it (global rank 0's under torchrun) and how it ran."""
 
-    git_commit: str
     git_branch: str
-    git_dirty: bool
-    python_version: str
-    torch_version: str
-    torch_npu_version: str | None
-    """None when torch-npu is not installed."""
-    device_type: str
-    """cpu, cuda or npu."""
-    device_name: str
-    """Accelerator name, or the CPU architecture on cpu."""
     backend: str
     """Collective backend: gloo, nccl, hccl."""
-    hostname: str
-    cpu_model: str
-    """From /proc/cpuinfo ("model name"), else the platform's processor string."""
-    cpu_count: int
     threads_per_rank: int | None
     """torch threads per rank as configured; None: cores // ranks of each case (each case records its own)."""
     world_sizes: list[int]
@@ -173,23 +169,26 @@ def host_device_name(platform: Platform, local_rank: int | None = None) -> str:
     return ", ".join(names) or f"no {platform.device_type} device"
 
 
+def host_environment(platform: Platform, device_name: str) -> dict[str, Any]:
+    """This host's HostEnvironment fields (`device_name`: read as the caller may, see host_device_name)."""
+    git = git_info()
+    return {
+        "git_commit": git.commit,
+        "git_dirty": git.dirty,
+        "python_version": _host.python_version(),
+        "torch_version": torch.__version__,
+        "torch_npu_version": torch_npu_version(),
+        "device_type": platform.device_type,
+        "device_name": device_name,
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count() or 1,
+    }
+
+
 def node_environment(platform: Platform, *, node: int, ranks: int, device_name: str) -> NodeEnvironment:
     """This node's environment, from one of its ranks (`device_name`: its device's, read after set_device)."""
-    git = git_info()
-    return NodeEnvironment(
-        node=node,
-        hostname=socket.gethostname(),
-        ranks=ranks,
-        git_commit=git.commit,
-        git_dirty=git.dirty,
-        python_version=_host.python_version(),
-        torch_version=torch.__version__,
-        torch_npu_version=torch_npu_version(),
-        device_type=platform.device_type,
-        device_name=device_name,
-        cpu_model=cpu_model(),
-        cpu_count=os.cpu_count() or 1,
-    )
+    return NodeEnvironment(node=node, ranks=ranks, **host_environment(platform, device_name))
 
 
 def collect_environment(
@@ -201,20 +200,10 @@ def collect_environment(
     local_rank: int | None = None,
 ) -> Environment:
     """This host's environment; `local_rank`: this process is that rank of a torchrun job."""
-    git = git_info()
     return Environment(
-        git_commit=git.commit,
-        git_branch=git.branch,
-        git_dirty=git.dirty,
-        python_version=_host.python_version(),
-        torch_version=torch.__version__,
-        torch_npu_version=torch_npu_version(),
-        device_type=platform.device_type,
-        device_name=host_device_name(platform, local_rank),
+        **host_environment(platform, host_device_name(platform, local_rank)),
+        git_branch=git_info().branch,
         backend=platform.backend,
-        hostname=socket.gethostname(),
-        cpu_model=cpu_model(),
-        cpu_count=os.cpu_count() or 1,
         threads_per_rank=threads_per_rank,
         world_sizes=sorted(set(world_sizes)),
         launcher=launcher,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import bench_ranks
 import pytest
+from conftest import TINY_SCENARIO
 from rich.console import Console
 
 from bench.cli import main
@@ -419,19 +420,10 @@ def test_the_resume_command_after_ctrl_c_really_resumes(suite_dir: Path, monkeyp
     assert main(shlex.split(again)[1:]) == 0
 
 
-TWO_NODES = """\
-description: a cp 1 / 2 / 4 sweep for one job of two simulated nodes
-hidden_size: 32
-num_k_heads: 2
-num_v_heads: 4
-head_k_dim: 8
-head_v_dim: 8
-chunk_size: 8
-cp: [1, 2, 4]
-seq_len: [64]
-mode: [p2p, scan]
-pass: [forward_backward]
-"""
+TWO_NODES = TINY_SCENARIO.replace("cp: [1, 2]", "cp: [1, 2, 4]").replace(
+    "mode: [ulysses, p2p]", "mode: [p2p, scan]"
+)
+"""A cp 1 / 2 / 4 sweep for one job of two simulated nodes (ulysses' 2 key heads do not split over 4)."""
 
 
 @pytest.mark.skipif(
