@@ -39,20 +39,25 @@ from bench.results.analysis import PASS_LABELS, Variant, source_label
 from bench.results.store import CaseResult, RunResult
 from bench.results.tables import format_tokens
 from bench.results.traffic import bytes_moved
-from gdn_cp.distributed import MODES, mode_class, mode_order
+from gdn_cp.distributed import MODES, mode_order
 
 FORMATS = ("png", "svg")
 DPI = 150
+MODE_STYLES: tuple[tuple[str, str], ...] = (
+    ("#1f77b4", "o"),
+    ("#ff7f0e", "s"),
+    ("#2ca02c", "^"),
+    ("#d62728", "D"),
+)
+"""(matplotlib colour, marker) of the registered modes, in the registry's display order (ulysses, p2p,
+all_gather, scan; a test keeps one per mode)."""
 UNKNOWN_MODE_STYLE = ("gray", "o")
 """Colour and marker of a mode this bench does not know (results written by another version)."""
 
 
 def mode_style(mode: str) -> tuple[str, str]:
-    """(colour, marker) of `mode`, from the mode registry."""
-    if mode not in MODES:
-        return UNKNOWN_MODE_STYLE
-    cls = mode_class(mode)
-    return cls.color, cls.marker
+    """(colour, marker) of `mode`."""
+    return MODE_STYLES[MODES.index(mode)] if mode in MODES else UNKNOWN_MODE_STYLE
 
 
 """A marker per mode as well as a colour, so that lines lying on top of each other stay visible."""

@@ -13,11 +13,13 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import plot
+from bench.render import plots
 from bench.render.plots import BUILDERS, build_charts, sources_for
 from bench.results import analysis
 from bench.results.analysis import Variant
 from bench.results.store import load_result, save_result
 from bench.results.traffic import bytes_moved
+from gdn_cp.distributed import MODES
 from tests.bench.multiround import in_rounds
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -218,3 +220,10 @@ def test_communication_chart_shows_each_modes_bytes_per_rank():
     single = load_result(FIXTURES / "ablation.json")
     one_rank = dataclasses.replace(single, cases=[c for c in single.cases if c.case.cp == 1])
     assert BUILDERS["comm_vs_seq"](sources_for([one_rank]), "tiny-ablation").startswith("no case ran on more")
+
+
+def test_every_registered_mode_has_a_style_of_its_own():
+    """Issue 24: how a chart draws a mode is bench's (the library knows nothing of matplotlib)."""
+    styles = [plots.mode_style(m) for m in MODES]
+    assert len(plots.MODE_STYLES) == len(MODES) and len(set(styles)) == len(MODES)
+    assert plots.mode_style("ring") == plots.UNKNOWN_MODE_STYLE

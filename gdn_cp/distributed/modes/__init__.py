@@ -1,7 +1,7 @@
 """The CP modes of GatedDeltaNet, and the registry that is the one place a mode's facts are read from.
 
     base.py            CPMode: the call boundary, and the facts every mode declares (summary, shape rules,
-                       communication model, colour and marker)
+                       communication model); how charts draw a mode is bench's (bench.render.plots)
     sequence_shard.py  the pipeline the full-head modes share (halo, Conv1D, prepare, summary, outputs)
     ulysses.py, p2p.py, all_gather.py, scan.py   one module per mode
 

@@ -20,8 +20,6 @@ from gdn_cp.ops import fold_summaries, pack_summary, unpack_summary
 class AllGatherMode(SequenceShardMode):
     name = "all_gather"
     description = "conv halo, then every rank's [S | M] summary gathered and folded locally"
-    color = "#2ca02c"
-    marker = "^"
 
     @classmethod
     def held_summaries(cls, cp_size: int) -> int:

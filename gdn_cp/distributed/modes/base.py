@@ -57,10 +57,6 @@ class CPMode(ABC):
     """One line: what crosses ranks."""
     has_summary: ClassVar[bool]
     """Whether the mode computes the affine (S, M) summary, so that checkpoint_summary and overlap apply."""
-    color: ClassVar[str]
-    """Its colour in charts (matplotlib colour)."""
-    marker: ClassVar[str]
-    """Its marker in charts (matplotlib marker)."""
 
     def __init__(
         self,

@@ -20,8 +20,6 @@ from gdn_cp.distributed.transfers import InFlight, begin_state_chain
 class P2PMode(SequenceShardMode):
     name = "p2p"
     description = "conv halo, then the state passed rank to rank (cp - 1 hops)"
-    color = "#ff7f0e"
-    marker = "s"
 
     @classmethod
     def state_exchange(cls, volume: Volume, case: CommCase, state_bytes: int) -> None:

@@ -35,8 +35,6 @@ def scan_rounds(pieces: int) -> int:
 class ScanMode(SequenceShardMode):
     name = "scan"
     description = "conv halo, then a log-depth parallel prefix of the summaries (ceil(log2 cp) rounds)"
-    color = "#d62728"
-    marker = "D"
 
     @classmethod
     def held_summaries(cls, cp_size: int) -> int:

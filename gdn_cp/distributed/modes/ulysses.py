@@ -32,8 +32,6 @@ class UlyssesMode(CPMode):
     name = "ulysses"
     description = "all-to-all to head shards and back; needs heads divisible by cp"
     has_summary = False
-    color = "#1f77b4"
-    marker = "o"
 
     @classmethod
     def check_shapes(cls, config: GatedDeltaNetConfig, cp_size: int) -> None:
