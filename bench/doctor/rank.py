@@ -47,14 +47,6 @@ ROUNDING_FACTOR = 16.0
 output (the tests' tolerance rule, tests/ops/helpers.py)."""
 
 
-def _timed(fn: Callable[[], object], platform) -> float:
-    platform.synchronize()
-    start = time.perf_counter()
-    fn()
-    platform.synchronize()
-    return time.perf_counter() - start
-
-
 def collective_checks(device: torch.device, platform) -> list[Check]:
     """One call of each collective the modes use, its result checked (every rank knows what it must get)."""
     rank, world = dist.get_rank(), dist.get_world_size()

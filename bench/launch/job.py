@@ -155,15 +155,20 @@ class CaseRunner:
         timeout = datetime.timedelta(seconds=self.timeout_s)
         group = dist.new_group(list(range(cp)), timeout=timeout) if own_group else None
         if rank < cp:
-            watch = FailureWatch(self.watch_store, f"{key}/failed", lambda: abort_group(group, self.backend))
-            with watch if own_group else contextlib.nullcontext():
+            # the job's default group is never aborted: only a case's own group is watched
+            watch = (
+                FailureWatch(self.watch_store, f"{key}/failed", lambda: abort_group(group, self.backend))
+                if own_group
+                else None
+            )
+            with watch or contextlib.nullcontext():
                 try:
                     results = fn(group)
                     if rank == 0:  # every rank keeps the same record of the case (the sweep's bookkeeping)
                         self.store.set(f"{key}/results", pickle.dumps(results))
                 except Exception as exc:
                     message = f"{type(exc).__name__}: {exc}"
-                    if watch.aborted:
+                    if watch is not None and watch.aborted:
                         message = f"{message} (the case's group was aborted after a peer failed)"
                     record = {"message": message, "time": time.time()}
                     self.store.set(f"{key}/error/{rank}", json.dumps(record))

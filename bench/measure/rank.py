@@ -166,12 +166,12 @@ def time_pass(
 def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = None) -> RankResults:
     """Time and measure `case` on this rank (the function every rank of a launch runs), in `group` (the
     case's CP group; None: the default group, a launch of cp ranks), its matmuls at the case's precision."""
-    with matmul_precision(case.precision, resolve_platform(device_kind).device_type):
-        return _measure(case, device_kind, group)
-
-
-def _measure(case: Case, device_kind: str, group: ProcessGroup | None) -> RankResults:
     platform = resolve_platform(device_kind)
+    with matmul_precision(case.precision, platform.device_type):
+        return _measure(case, platform, group)
+
+
+def _measure(case: Case, platform: Platform, group: ProcessGroup | None) -> RankResults:
     # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
     pinned = platform.device_type == "cpu" and pin_threads(
         local_rank(), local_world_size(), torch.get_num_threads()
