@@ -3,7 +3,8 @@
 Metrics per tensor (`error_stats`): max-abs error, the reference's abs-max, their ratio (scale-aware), the
 relative L2 error and finiteness. The pass bars live here: `Thresholds` (the reference PR's, for the layer)
 and `TrainThresholds` (for training trajectories); `LayerComparison.failures` names every metric above its
-bar. `compare_layer_under_cp` runs on every rank of a process group.
+bar. `compare_layer_under_cp` runs on every rank of a process group, as `compare_prefill_under_cp` (the
+serving prefill's output and final states).
 """
 
 from __future__ import annotations
@@ -258,6 +259,57 @@ def compare_layer_under_cp(
             grad_norm_cp=_grad_norm(cp_layer),
             missing_grads=missing,
         )
+    if dist.get_world_size(group) > 1:
+        dist.broadcast_object_list(result, group_src=0, group=group)
+    assert result[0] is not None
+    return result[0]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillComparison:
+    """A CP prefill's output and final states against the single-device prefill's (GatedDeltaNet.prefill)."""
+
+    output: ErrorStats
+    conv_state: ErrorStats
+    recurrent_state: ErrorStats
+
+    def worst_rel_l2(self) -> float:
+        return max(self.output.rel_l2, self.conv_state.rel_l2, self.recurrent_state.rel_l2)
+
+
+def compare_prefill_under_cp(
+    config: GatedDeltaNetConfig,
+    *,
+    mode: str,
+    seq_len: int,
+    batch: int = 1,
+    seed: int = 0,
+    group: ProcessGroup | None = None,
+    device: torch.device | str = "cpu",
+    layout: str = DEFAULT_LAYOUT,
+    documents: Sequence[int] | None = None,
+) -> PrefillComparison:
+    """Run on every rank of `group`: the CP prefill (under torch.inference_mode) against the single-device
+    prefill of the whole sequence, with identical weights and input (drawn from `seed`, as
+    `compare_layer_under_cp`). Rank 0 runs the reference and computes the metrics, which every rank returns;
+    each rank's states are its own (every rank must hold the whole sequence's: rank 0's are compared)."""
+    rank, _ = group_rank_size(group)
+    gen = torch.Generator().manual_seed(seed)
+    ref = seeded_layer(config, seed, device)
+    cp_layer = LinearAttentionContextParallel(mode=mode, layout=layout).apply(copy.deepcopy(ref), group)
+    x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
+    cu_seqlens = None if documents is None else torch.tensor(list(documents), device=device)
+    with torch.inference_mode():
+        y_local, state = cp_layer.prefill(shard_sequence(x, group, layout=layout), cu_seqlens=cu_seqlens)
+        y_cp = gather_sequence(y_local, group, layout=layout)
+        result: list[PrefillComparison | None] = [None]
+        if rank == 0:
+            y_ref, state_ref = ref.prefill(x, cu_seqlens=cu_seqlens)
+            result[0] = PrefillComparison(
+                output=error_stats(y_cp, y_ref),
+                conv_state=error_stats(state.conv_state, state_ref.conv_state),
+                recurrent_state=error_stats(state.recurrent_state, state_ref.recurrent_state),
+            )
     if dist.get_world_size(group) > 1:
         dist.broadcast_object_list(result, group_src=0, group=group)
     assert result[0] is not None

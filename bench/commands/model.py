@@ -41,7 +41,7 @@ from bench.model.predict import (
 )
 from bench.results.paths import write_new
 from bench.results.store import load_result
-from bench.suite.config import Case
+from bench.suite.config import PASS_TAGS, Case
 from bench.suite.loader import find_scenario, load_scenario, load_suite
 from gdn_cp.distributed import MODES, check_cp_shapes, mode_class, probe_devices, resolve_platform
 
@@ -86,9 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=list(TABLE_SEQ),
         help="global tokens",
     )
-    table.add_argument(
-        "--pass", dest="pass_", choices=("forward", "forward_backward"), default="forward_backward"
-    )
+    table.add_argument("--pass", dest="pass_", choices=tuple(PASS_TAGS), default="forward_backward")
     table.add_argument(
         "--memory-gib",
         type=common_args.positive_number,

@@ -1,8 +1,8 @@
 """The device part of `bench doctor`, run on every local device at once (one rank each; two ranks on cpu):
 the backend and one collective of each kind the modes use, the matmul limit per dtype on the device's own
 clock, the chunked op against the recurrent reference on the device, and one layer under each CP mode
-against the single-device layer. Each rank returns its checks; the command keeps, per check, the worst
-rank's.
+against the single-device layer (training forward and backward, and the serving prefill with its states).
+Each rank returns its checks; the command keeps, per check, the worst rank's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.distributed as dist
 from bench.doctor.checks import Check, Status
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from gdn_cp import GatedDeltaNetConfig
-from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, error_stats
+from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, compare_prefill_under_cp, error_stats
 from gdn_cp.distributed import MODES, check_cp_shapes, local_rank, resolve_platform
 from gdn_cp.distributed.collectives import all_gather_single
 from gdn_cp.ops import chunk_gated_delta_rule, recurrent_gated_delta_rule
@@ -198,7 +198,28 @@ def layer_checks(device: torch.device) -> list[Check]:
                 detail + (f"; {', '.join(failures)}" if failures else ""),
             )
         )
+        out.append(_prefill_check(mode, world, device))
     return out
+
+
+def _prefill_check(mode: str, world: int, device: torch.device) -> Check:
+    """The serving prefill under `mode` (packed documents, final states on every rank) against the
+    single-device prefill (gdn_cp.accuracy.compare_prefill_under_cp), at the layer check's rel-L2 bar."""
+    tokens = LAYER_TOKENS_PER_RANK * world
+    documents = [0, tokens // 3, tokens // 3 + 1, tokens]  # one spanning ranks, one of one token
+    try:
+        result = compare_prefill_under_cp(
+            LAYER, mode=mode, seq_len=tokens, seed=0, device=device, documents=documents
+        )
+    except Exception as exc:
+        return Check("layer", f"{mode} prefill", "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    worst = result.worst_rel_l2()
+    status: Status = "ok" if worst <= LAYER_BARS.rel_l2 else "fail"
+    detail = (
+        f"cp {world}: rel-L2 output {result.output.rel_l2:.1e}, conv state {result.conv_state.rel_l2:.1e}, "
+        f"recurrent state {result.recurrent_state.rel_l2:.1e} (bar {LAYER_BARS.rel_l2:.0e})"
+    )
+    return Check("layer", f"{mode} prefill", status, detail)
 
 
 def doctor_on_rank(device_kind: str) -> list[Check]:

@@ -93,6 +93,7 @@ def estimate_peak_bytes(case: Case) -> int:
     peak += held * case.batch * a * summary
     if case.pass_ == "forward_backward":
         peak += e * params + e * tokens * c.hidden_size
+    # prefill: the forward's figure, an upper bound (inference mode keeps no activations for a backward)
     return int(peak)
 
 

@@ -14,6 +14,9 @@ repeats, outside the timed region. The passes:
 - forward_backward: `layer(x, cu_seqlens=...).backward(grad_output)` with a fixed random grad_output
   shard. Parameter gradients stay partial per rank: their reduction over the CP group (an all-reduce or
   FSDP) is not timed.
+- prefill: `layer.prefill(x, cu_seqlens=...)` under torch.inference_mode(), as a serving engine runs a
+  prompt: no autograd, and the final conv and recurrent states summed onto every rank (their all-reduce is
+  timed: it is part of the prefill).
 Memory is measured on the last warmup pass (bench.measure.memory: the meter slows the pass, which is
 untimed anyway; a first pass's one-time costs are behind it; with warmup 0 on one extra pass first), so it
 costs no pass of its own; then each rank's
@@ -97,8 +100,8 @@ def build_pass(
     """The case's layer and data on this rank; returns (step, clear_grads, live tensors).
 
     `step()` runs the case's pass once: forward returns the output (its autograd graph lives until the caller
-    drops it, as in training before backward), forward_backward returns None. `clear_grads()` sets every
-    gradient to None.
+    drops it, as in training before backward), forward_backward and prefill return None. `clear_grads()` sets
+    every gradient to None.
     """
     device = platform.device(local_rank())
     config = case.layer_config()
@@ -106,7 +109,7 @@ def build_pass(
     generator = torch.Generator().manual_seed(case.seed + 1)
     shape = (case.batch, case.seq_len, case.hidden_size)
     x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
-    x.requires_grad_(True)
+    x.requires_grad_(case.pass_ != "prefill")
     grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
     cu_seqlens = cu_seqlens_of(case)
     style = LinearAttentionContextParallel(
@@ -118,6 +121,13 @@ def build_pass(
 
         def step() -> torch.Tensor | None:
             return layer(x, cu_seqlens=cu_seqlens)
+
+    elif case.pass_ == "prefill":
+
+        def step() -> torch.Tensor | None:
+            with torch.inference_mode():
+                layer.prefill(x, cu_seqlens=cu_seqlens)
+            return None
 
     else:
 

@@ -3,7 +3,7 @@ ways.
 
 In order, after one warmup pass (every pass starts after a barrier; gradients are cleared between passes):
 1. communication: `count_communication()` around one pass, beside the analytic model
-   (gdn_cp.distributed.comm_model.layer_communication) for this rank;
+   (gdn_cp.distributed.comm_model.case_communication) for this rank;
 2. memory: one pass under torch.distributed._tools.mem_tracker.MemTracker, whose peak snapshot splits the
    memory by kind (parameters, gradients, activations, temporaries, buffers; "other" is the input shard and
    the output gradient, registered before the pass);
@@ -30,7 +30,7 @@ from bench.measure.rank import build_pass
 from bench.profiling.traces import STEP_LABEL, DeviceExposure, RankTimeline, device_exposure, read_timeline
 from bench.suite.config import Case
 from gdn_cp.distributed import Platform, count_communication, resolve_platform
-from gdn_cp.distributed.comm_model import layer_communication
+from gdn_cp.distributed.comm_model import case_communication
 
 MEMORY_METER = "mem_tracker (torch.distributed._tools.mem_tracker.MemTracker, peak snapshot)"
 
@@ -100,7 +100,7 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
     """Profile `case` on this rank (see the module docstring); every rank returns every rank's profile.
 
     Args:
-        case: the case to run (its pass: forward, or forward and backward)
+        case: the case to run (its pass: forward, forward and backward, or prefill)
         device_kind: the launch's device (cpu, cuda, npu)
         steps: profiled passes
         trace_dir: folder of the Chrome traces (rank<r>.json), shared by the ranks of one host
@@ -121,16 +121,7 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
     one_pass()  # warmup
     with count_communication() as stats:
         one_pass()
-    model = layer_communication(
-        case.mode,
-        case.layer_config(),
-        cp=cp,
-        rank=rank,
-        seq_len=case.seq_len,
-        batch=case.batch,
-        backward=case.pass_ == "forward_backward",
-        layout=case.layout,
-    )
+    model = case_communication(case.mode, case.comm_case(rank))
     dist.barrier()
     memory, memory_error = _memory_breakdown(step, live)
     clear_grads()

@@ -472,10 +472,10 @@ def _dodge(index: int, count: int) -> float:
 
 
 def _memory_points(run: RunResult, scenario: str, v: Variant, cp: int) -> list[tuple[int, float]]:
-    """(global length, peak MiB) of a variant: of forward+backward where it ran (training), else forward."""
+    """(global length, peak MiB) of a variant: of the first of PREFERRED_PASSES that ran (training's)."""
     out = []
     for seq_len in analysis.seq_lens(run, scenario, cp):
-        for pass_ in ("forward_backward", "forward"):
+        for pass_ in analysis.PREFERRED_PASSES:
             r = analysis.find(run, scenario, v, cp, seq_len, pass_)
             if r is not None and r.memory is not None:
                 out.append((seq_len, r.memory.peak_mib))

@@ -32,7 +32,10 @@ from gdn_cp.distributed import DEFAULT_LAYOUT, SUMMARY_MODES, mode_order
 
 PASSES: tuple[str, ...] = tuple(PASS_TAGS)
 """forward, forward_backward: the order passes are shown in."""
-PASS_LABELS = {"forward": "forward", "forward_backward": "forward+backward"}
+PASS_LABELS = {"forward": "forward", "forward_backward": "forward+backward", "prefill": "prefill"}
+PREFERRED_PASSES: tuple[str, ...] = ("forward_backward", "forward", "prefill")
+"""The pass a chart, an ablation or a table's memory takes of a point measured in several: training's
+first (the reference PR's), then the forward, then the prefill."""
 CHECKPOINT_MODES = SUMMARY_MODES
 """The modes that have a summary to checkpoint."""
 
@@ -384,7 +387,7 @@ def ablation(run: RunResult, switch: Switch) -> list[AblationRow]:
         key = dataclasses.replace(k, pass_="forward").key()  # the point, whichever pass
         if key in rows:
             continue
-        for pass_ in ("forward_backward", "forward"):  # the first pass measured both ways
+        for pass_ in PREFERRED_PASSES:  # the first pass measured both ways
             on = run.get(dataclasses.replace(k, pass_=pass_).key())
             off = run.get(dataclasses.replace(k, pass_=pass_, **{switch.field: False}).key())
             if on is not None and off is not None and on.status == off.status == "ok":

@@ -20,7 +20,7 @@ from rich.table import Table
 from bench.console import ColumnGroup, fit_columns
 from bench.errors import first_line
 from bench.measure.timing import TimingSummary
-from bench.results.analysis import describe_layer
+from bench.results.analysis import PASS_LABELS, PASSES, PREFERRED_PASSES, describe_layer
 from bench.results.statistics import format_ratio, ratio_interval
 from bench.results.store import CaseResult, MemoryResult, RunResult
 from bench.suite.config import PASS_TAGS, Case
@@ -42,11 +42,19 @@ class ReferenceRow:
     layout: str = DEFAULT_LAYOUT
     documents: str = "none"
     """The documents' tag (`none`: unpacked)."""
-    forward: CaseResult | None = None
-    forward_backward: CaseResult | None = None
-    memory: MemoryResult | None = None
-    """Of forward_backward when it ran, else of forward."""
-    memory_pass: str | None = None
+    results: dict[str, CaseResult] = field(default_factory=dict)
+    """By pass (forward, forward_backward, prefill), those that ran."""
+
+    @property
+    def memory_pass(self) -> str | None:
+        """The pass whose peak memory the row shows: the first of PREFERRED_PASSES that ran with a memory."""
+        return next(
+            (p for p in PREFERRED_PASSES if p in self.results and self.results[p].memory is not None), None
+        )
+
+    @property
+    def memory(self) -> MemoryResult | None:
+        return None if self.memory_pass is None else self.results[self.memory_pass].memory
 
 
 @dataclass(kw_only=True, slots=True)
@@ -70,6 +78,12 @@ class ReferenceTable:
         """Whether a row packs documents (then the table gets a column for them)."""
         return any(r.documents != "none" for r in self.rows)
 
+    @property
+    def passes(self) -> list[str]:
+        """The passes a time column is shown for: those a row ran, in PASSES order."""
+        ran = {p for r in self.rows for p in r.results}
+        return [p for p in PASSES if p in ran]
+
 
 def reference_tables(run: RunResult) -> list[ReferenceTable]:
     """Tables of the ok cases of `run`, by scenario (in file order) and cp (ascending)."""
@@ -87,13 +101,7 @@ def reference_tables(run: RunResult) -> list[ReferenceTable]:
                 seq_len=c.seq_len, mode=c.mode, checkpoint=c.checkpoint, layout=c.layout, documents=documents
             )
             table.rows.append(rows[key])
-        row = rows[key]
-        if c.pass_ == "forward":
-            row.forward = result
-        else:
-            row.forward_backward = result
-        if row.memory_pass != "forward_backward":
-            row.memory, row.memory_pass = result.memory, c.pass_
+        rows[key].results[c.pass_] = result
     order = list(dict.fromkeys(c.case.scenario for c in run.cases))
     out = sorted(tables.values(), key=lambda t: (order.index(t.scenario), t.cp))
     for t in out:  # stable: layouts and documents keep their order of first appearance
@@ -260,10 +268,12 @@ def throughput_table(run: RunResult) -> TableData | None:
 
 def reference_table_data(table: ReferenceTable, run: RunResult) -> TableData:
     """One reference table as cells (what `bench show` prints and `bench report` renders): global seq | mode
-    | [summary ckpt] | [layout] | [documents] | forward | forward+backward | peak allocated."""
+    | [summary ckpt] | [layout] | [documents] | a time per pass that ran (forward | forward+backward |
+    prefill) | peak allocated."""
     headers = ["global seq", "mode"] + (["summary ckpt"] if table.shows_checkpoint else [])
     headers += (["layout"] if table.shows_layout else []) + (["documents"] if table.shows_documents else [])
-    headers += ["forward", "forward+backward", "peak allocated"]
+    passes = table.passes
+    headers += [PASS_LABELS[p] for p in passes] + ["peak allocated"]
     rows = []
     for row in table.rows:
         cells = [format_tokens(row.seq_len), row.mode]
@@ -273,10 +283,12 @@ def reference_table_data(table: ReferenceTable, run: RunResult) -> TableData:
             cells.append(row.layout)
         if table.shows_documents:
             cells.append(row.documents)
-        peak = format_mib(row.memory) + (" (fwd)" if row.memory_pass == "forward" else "")
-        rows.append([*cells, format_time(row.forward), format_time(row.forward_backward), peak])
+        shown = row.memory_pass  # tagged when it is not training's (the reference PR's peak)
+        tag = f" ({PASS_TAGS[shown]})" if shown not in (None, PREFERRED_PASSES[0]) else ""
+        peak = format_mib(row.memory) + tag
+        rows.append([*cells, *(format_time(row.results.get(p)) for p in passes), peak])
     dims = describe_layer(run.scenarios.get(table.scenario, {}))
-    numeric = {0} | set(range(len(headers) - 3, len(headers)))
+    numeric = {0} | set(range(len(headers) - len(passes) - 1, len(headers)))
     return TableData(
         title=f"{table.scenario}: CP{table.cp} ({dims})",
         headers=headers,

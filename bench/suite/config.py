@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from bench.errors import FieldError
 from bench.suite.documents import Documents, parse_documents
@@ -30,8 +30,11 @@ from gdn_cp.dtypes import DTYPES, Precision, dtype_name, to_dtype
 
 Mode = ModeName
 """CP modes of gdn_cp.LinearAttentionContextParallel (the registry, gdn_cp.distributed.modes)."""
-Pass = Literal["forward", "forward_backward"]
-"""forward: the training forward (autograd on, no backward); forward_backward: forward then backward."""
+Pass = Literal["forward", "forward_backward", "prefill"]
+"""forward: the training forward (autograd on, no backward); forward_backward: forward then backward;
+prefill: the serving forward (GatedDeltaNet.prefill under torch.inference_mode: no autograd, and the final
+conv and recurrent states returned on every rank, what decoding continues from; summary checkpointing has no
+effect on it, as nothing is saved for a backward)."""
 Device = DeviceKind
 """Where ranks run (gdn_cp.distributed.DEVICES); auto picks npu, then cuda, then cpu."""
 LayerType = Literal["linear_attention", "full_attention"]
@@ -40,7 +43,7 @@ GradReduction = Literal["auto", "fsdp2", "all_reduce"]
 MasterWeights = Literal["fp32", "model"]
 """How `bench verify --train` sums parameter gradients over the CP ranks."""
 
-PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd"}
+PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd", "prefill": "prefill"}
 """How a pass is spelled in case ids."""
 
 DEFAULT_ROUNDS = 5
@@ -123,7 +126,8 @@ class Sweep:
     """The summary exchange overlapped with the outputs' state-free part, on/off (the modes with a summary
     only: LinearAttentionContextParallel.overlap); default [false]."""
     pass_: list[Pass] | None = None
-    """Passes to time (YAML key `pass`); default [forward, forward_backward]."""
+    """Passes to time (YAML key `pass`: forward, forward_backward, prefill); default [forward,
+    forward_backward]."""
     layout: list[Layout] | None = None
     """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS): contiguous (rank r holds the
     r-th slice) and/or zigzag (pieces r and 2 cp - 1 - r of 2 cp); default [contiguous]."""
@@ -167,12 +171,12 @@ DEFAULT_SWEEP = Sweep(
     mode=list(MODES),
     checkpoint=[True],
     overlap=[False],
-    pass_=list(get_args(Pass)),
+    pass_=["forward", "forward_backward"],
     layout=[DEFAULT_LAYOUT],
     documents=[None],
 )
-"""What a scenario sweeps when it does not say: every mode, checkpoint on, no overlap, both passes, the
-contiguous layout, one unpacked sequence."""
+"""What a scenario sweeps when it does not say: every mode, checkpoint on, no overlap, both training passes
+(prefill only when asked), the contiguous layout, one unpacked sequence."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -548,7 +552,17 @@ class Case:
             batch=self.batch,
             backward=self.pass_ == "forward_backward",
             layout=self.layout,
+            final_states=self.final_states,
         )
+
+    @property
+    def final_states(self) -> int:
+        """Sequences whose final states the pass returns: a prefill's batch, or the documents packed in it;
+        0 for the training passes."""
+        if self.pass_ != "prefill":
+            return 0
+        bounds = self.cu_seqlens()
+        return self.batch if bounds is None else len(bounds) - 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form with YAML key names (`pass`), plus the derived case_id and local_seq_len."""

@@ -25,13 +25,21 @@ def layer_communication(
     batch: int = 1,
     backward: bool = True,
     layout: str = DEFAULT_LAYOUT,
+    final_states: int = 0,
 ) -> Volume:
     """Bytes rank `rank` sends and receives in one forward (and backward) of a GatedDeltaNet under CP, its
-    sequence cut evenly in `layout`."""
-    return case_communication(
-        mode,
-        CommCase(config, cp=cp, rank=rank, seq_len=seq_len, batch=batch, backward=backward, layout=layout),
+    sequence cut evenly in `layout`; a prefill (no backward) adds the sum of its `final_states` states."""
+    case = CommCase(
+        config,
+        cp=cp,
+        rank=rank,
+        seq_len=seq_len,
+        batch=batch,
+        backward=backward,
+        layout=layout,
+        final_states=final_states,
     )
+    return case_communication(mode, case)
 
 
 def case_communication(mode: str, case: CommCase) -> Volume:

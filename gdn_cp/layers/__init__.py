@@ -5,12 +5,14 @@ from gdn_cp.layers.gated_deltanet import (
     GatedDeltaNet,
     GatedDeltaNetConfig,
     GDNProjections,
+    GDNState,
     ShardForward,
     seeded_layer,
 )
 
 __all__ = [
     "GDNProjections",
+    "GDNState",
     "GatedDeltaNet",
     "GatedDeltaNetConfig",
     "ShardForward",

@@ -23,6 +23,7 @@ from gdn_cp.ops import (
     check_packed_batch,
     chunk_gated_delta_rule,
     chunk_gdn_flops,
+    conv_state,
     gated_rms_norm,
     gdn_gates,
 )
@@ -137,6 +138,18 @@ class GDNProjections(NamedTuple):
     """[B, T, Hv] decay logits."""
 
 
+class GDNState(NamedTuple):
+    """What decoding continues from after a prefill: one entry per sequence (a batch row, or a document of
+    a packed batch), in transformers' Qwen3.5 cache layout. Under CP every rank holds all of it."""
+
+    conv_state: torch.Tensor
+    """[N, 2*Hk*K + Hv*V, W] the last W tokens before the Conv1D (fused q|k|v), oldest first; zeros before
+    the sequence's first token."""
+    recurrent_state: torch.Tensor
+    """[N, Hv, K, V] the GDN state after the last token, in the accumulation dtype (fp32; fp64 stays
+    fp64)."""
+
+
 class ShardForward(Protocol):
     """What runs a GatedDeltaNet's forward under context parallelism (a CP mode of gdn_cp.distributed):
     this rank's shard in, this rank's output shard out. Owned here so that layers never import distributed.
@@ -145,6 +158,12 @@ class ShardForward(Protocol):
     def __call__(
         self, layer: GatedDeltaNet, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None
     ) -> torch.Tensor: ...
+
+    def prefill(
+        self, layer: GatedDeltaNet, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, GDNState]:
+        """As `__call__`, and the whole sequence's final GDNState, the same on every rank."""
+        ...
 
 
 class GatedRMSNorm(nn.Module):
@@ -234,21 +253,24 @@ class GatedDeltaNet(nn.Module):
         b: torch.Tensor,
         heads: slice = slice(None),
         cu_seqlens: torch.Tensor | Sequence[int] | None = None,
-    ) -> torch.Tensor:
-        """Gates and the chunked GDN for the value heads `heads` (all by default), documents `cu_seqlens`.
-        Shapes as gdn_cp.ops."""
+        initial_state: torch.Tensor | None = None,
+        output_final_state: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Gates and the chunked GDN for the value heads `heads` (all by default), documents `cu_seqlens`:
+        (o, final state or None). Shapes as gdn_cp.ops."""
         g, beta = self.gates(a, b, heads)
-        o, _ = chunk_gated_delta_rule(
+        return chunk_gated_delta_rule(
             q,
             k,
             v,
             g,
             beta,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=True,
             cu_seqlens=None if cu_seqlens is None else torch.as_tensor(cu_seqlens),
             chunk_size=self.config.chunk_size,
         )
-        return o
 
     def output(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Gated RMSNorm and output projection: o, z [B, T, Hv, V] -> [B, T, hidden_size]."""
@@ -264,11 +286,59 @@ class GatedDeltaNet(nn.Module):
         """
         if self.context_parallel is not None:
             return self.context_parallel(self, hidden_states, cu_seqlens)
+        return self._run(hidden_states, cu_seqlens, final_state=False)[0]
+
+    def prefill(
+        self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, GDNState]:
+        """The forward of a prompt, and the state decoding continues from (`decode`): hidden_states
+        [B, T, hidden_size] -> ([B, T, hidden_size], GDNState of N = B sequences, or of the n documents of
+        cu_seqlens). Run it under torch.inference_mode() when serving.
+
+        Under CP, as the forward on this rank's shard, and every rank returns the whole sequence's state (one
+        all-reduce of the states more than the forward), so that decoding may run on any rank.
+        """
+        if self.context_parallel is not None:
+            return self.context_parallel.prefill(self, hidden_states, cu_seqlens)
+        o, state = self._run(hidden_states, cu_seqlens, final_state=True)
+        assert state is not None
+        return o, state
+
+    def decode(self, hidden_states: torch.Tensor, state: GDNState) -> tuple[torch.Tensor, GDNState]:
+        """T more tokens of each of N sequences, continuing `state` (a prefill's or a decode's):
+        hidden_states [N, T, hidden_size] -> ([N, T, hidden_size], the state after them). T = 1 is a decoding
+        step; any T continues the sequences as if the prompt had been longer. Runs on this device alone,
+        also under CP (every rank holds the whole state after a CP prefill)."""
+        c = self.config
+        if hidden_states.shape[0] != state.recurrent_state.shape[0]:
+            raise ValueError(
+                f"decode: hidden_states holds {hidden_states.shape[0]} sequences but the state "
+                f"{state.recurrent_state.shape[0]}: pass one row per sequence (a packed prefill's documents "
+                "become rows)"
+            )
+        p = self.project(hidden_states)
+        before = state.conv_state.transpose(1, 2)  # [N, W, D], oldest first
+        mixed = causal_conv1d(p.mixed_qkv, self.conv1d.weight, halo=before[:, 1:])
+        q, k, v = self.split_qkv(mixed)
+        o, final = self.core(q, k, v, p.a, p.b, initial_state=state.recurrent_state, output_final_state=True)
+        assert final is not None
+        window = conv_state(torch.cat([before.to(p.mixed_qkv.dtype), p.mixed_qkv], dim=1), c.conv_kernel_size)
+        return self.output(o, p.z), GDNState(window, final)
+
+    def _run(
+        self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None, final_state: bool
+    ) -> tuple[torch.Tensor, GDNState | None]:
+        """The single-device forward, and with `final_state` the GDNState after it."""
         if cu_seqlens is not None:
             check_packed_batch(hidden_states.shape[0])
         p = self.project(hidden_states)
         q, k, v = self.split_qkv(causal_conv1d(p.mixed_qkv, self.conv1d.weight, cu_seqlens=cu_seqlens))
-        return self.output(self.core(q, k, v, p.a, p.b, cu_seqlens=cu_seqlens), p.z)
+        o, final = self.core(q, k, v, p.a, p.b, cu_seqlens=cu_seqlens, output_final_state=final_state)
+        out = self.output(o, p.z)
+        if not final_state:
+            return out, None
+        assert final is not None
+        return out, GDNState(conv_state(p.mixed_qkv, self.config.conv_kernel_size, cu_seqlens), final)
 
     def extra_repr(self) -> str:
         c = self.config

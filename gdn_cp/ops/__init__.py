@@ -30,7 +30,7 @@ from gdn_cp.ops.chunk import (
     prepare_chunks,
     split_chunk_outputs,
 )
-from gdn_cp.ops.conv import causal_conv1d
+from gdn_cp.ops.conv import causal_conv1d, conv_state
 from gdn_cp.ops.documents import check_packed_batch, document_bounds, document_positions
 from gdn_cp.ops.flops import chunk_gdn_flops
 from gdn_cp.ops.gates import gdn_gates
@@ -55,6 +55,7 @@ __all__ = [
     "chunk_gdn_flops",
     "chunk_outputs",
     "compose_summaries",
+    "conv_state",
     "document_bounds",
     "document_positions",
     "fold_summaries",

@@ -81,3 +81,45 @@ def _drop_cross_document_taps(
     # In place: conv1d's backward reads its inputs, not its output.
     out[:, :, at] -= wrong
     return out
+
+
+def conv_state(
+    x: torch.Tensor,
+    width: int,
+    cu_seqlens: torch.Tensor | Sequence[int] | None = None,
+    *,
+    positions: torch.Tensor | None = None,
+    seq_len: int | None = None,
+) -> torch.Tensor:
+    """The Conv1D's state after the sequence: the last `width` tokens before the convolution, what decoding
+    continues from (transformers' `conv_states` layout: a decode step convolves them with the new token).
+
+    Under CP each rank passes the tokens it holds and their global `positions`: a slot whose token is on
+    another rank is zero here, so the ranks' results sum to the whole sequence's state.
+
+    Args:
+        x: [B, L, D] tokens before the convolution (this rank's, in increasing global position)
+        width: tokens kept, the kernel size W
+        cu_seqlens: [n + 1] global boundaries of the documents packed in a batch of one (B = 1), or None
+        positions: [L] global position of each of x's tokens, increasing (default 0 .. L - 1)
+        seq_len: global tokens T (default L; with cu_seqlens, its last entry)
+    Returns:
+        [N, D, W] in x's dtype, N = B (or n documents): slot W - 1 the last token of the sequence (document),
+        slots before its first token zeros, as transformers pads a prompt shorter than W.
+    """
+    B, L, D = x.shape
+    device = x.device
+    positions = torch.arange(L, device=device) if positions is None else positions.to(device)
+    if seq_len is None:
+        seq_len = int(cu_seqlens[-1]) if cu_seqlens is not None else L
+    bounds = [0, seq_len] if cu_seqlens is None else document_bounds(cu_seqlens, seq_len)
+    starts = torch.tensor(bounds[:-1], device=device)
+    ends = torch.tensor(bounds[1:], device=device)
+    wanted = ends[:, None] - width + torch.arange(width, device=device)  # [n, W] global positions
+    if L == 0:
+        return x.new_zeros(len(bounds) - 1 if cu_seqlens is not None else B, D, width)
+    at = torch.searchsorted(positions, wanted).clamp(max=L - 1)
+    held = (wanted >= starts[:, None]) & (positions[at] == wanted)
+    window = torch.where(held[None, :, :, None], x[:, at], 0)  # [B, n, W, D]
+    state = window[0] if cu_seqlens is not None else window[:, 0]  # [N, W, D]
+    return state.transpose(1, 2).contiguous()

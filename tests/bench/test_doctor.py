@@ -29,7 +29,10 @@ def test_doctor_on_cpu_checks_every_part(monkeypatch):
     for line in ("all-reduce", "all-to-all", "isend/irecv ring", "limit fp32", "chunk vs recurrent, packed"):
         assert line in text
     rows = [r for r in text.splitlines() if r.startswith("│ layer")]
-    assert len(rows) == 4 and all("│ ok " in r and "cp 2: output rel-L2" in r for r in rows), rows
+    training = [r for r in rows if "prefill" not in r]
+    prefill = [r for r in rows if "prefill" in r]  # output, conv and recurrent states against one device
+    assert len(training) == 4 and all("│ ok " in r and "cp 2: output rel-L2" in r for r in training), rows
+    assert len(prefill) == 4 and all("│ ok " in r and "conv state" in r for r in prefill), rows
     assert "verdict: ok" in text or "verdict: warn" in text  # a governor or boost may warn on some hosts
 
 

@@ -1,17 +1,19 @@
 """GatedDeltaNet against transformers' Qwen3_5GatedDeltaNet: same parameter names and shapes, state_dicts
 load both ways with strict=True, same outputs and same gradients (input and every parameter); config
-validation; the layer in bf16."""
+validation; the layer in bf16; prefill states in transformers' cache layout, and decoding from them."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import DynamicCache
 from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
@@ -186,3 +188,50 @@ def test_seeded_weights_are_drawn_on_the_cpu_whatever_the_device() -> None:
     state = torch.random.get_rng_state()
     seeded_layer(config, 7)
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's RNG is left alone
+
+
+@pytest.mark.parametrize("T", [11, 2], ids=["T11", "T2-shorter-than-the-kernel"])
+def test_prefill_states_are_transformers_cache_and_decode_continues_it(T: int) -> None:
+    """prefill's GDNState is what transformers' layer leaves in its cache (conv states [B, D, W], zero-padded
+    for a prompt shorter than W, copied bit for bit; the recurrent state [B, Hv, K, V]), and a decode step
+    from it gives transformers' cached decode step."""
+    ref, ours = _pair()
+    config = _hf_config()
+    config.layer_types = ["linear_attention"] * config.num_hidden_layers
+    cache = DynamicCache(config=config)
+    x, step = _hidden(2, T + 1).split([T, 1], dim=1)
+    with torch.inference_mode():
+        y_ref = ref(x, cache=cache)
+        conv_ref = cache.get_conv_state(0, state_idx=0).clone()
+        recurrent_ref = cache.get_recurrent_state(0, state_idx=0).clone()
+        y, state = ours.prefill(x)
+        next_ref, next_y = ref(step, cache=cache), ours.decode(step, state)[0]
+    assert_close_scaled(y, y_ref, torch.float32, terms=_terms(T))
+    assert torch.equal(state.conv_state, conv_ref)
+    assert_close_scaled(state.recurrent_state, recurrent_ref, torch.float32, terms=_terms(T))
+    assert_close_scaled(next_y, next_ref, torch.float32, terms=_terms(T + 1))
+
+
+def test_prefill_then_decode_equals_the_forward_of_the_longer_sequence() -> None:
+    """fp64: prefill of T tokens, then decode one token and then two, gives the forward of T + 3 tokens, and
+    the state after them is the prefill's of T + 3; a packed prefill's states are each document's own."""
+    _, ours = _pair()
+    layer = ours.double()
+    x = _hidden(2, 13, torch.float64)
+    full, full_state = layer.prefill(x)
+    y, state = layer.prefill(x[:, :10])
+    y1, state = layer.decode(x[:, 10:11], state)
+    y2, state = layer.decode(x[:, 11:], state)
+    assert_close_scaled(torch.cat([y, y1, y2], dim=1), full, torch.float64, terms=_terms(13))
+    for got, want in zip(state, full_state, strict=True):
+        assert_close_scaled(got, want, torch.float64, terms=_terms(13))
+    documents = [0, 1, 6, 13]  # a one-token document: its conv state is three zeros and its token
+    _, packed = layer.prefill(x[:1], torch.tensor(documents))
+    for d, (a, b) in enumerate(pairwise(documents)):
+        _, alone = layer.prefill(x[:1, a:b])
+        # the projections of 13 tokens and of one document's round differently: close, not equal
+        assert_close_scaled(packed.conv_state[d], alone.conv_state[0], torch.float64, terms=HIDDEN)
+        want = alone.recurrent_state[0]
+        assert_close_scaled(packed.recurrent_state[d], want, torch.float64, terms=_terms(b - a))
+    with pytest.raises(ValueError, match="hidden_states holds 1 sequences but the state 3"):
+        layer.decode(x[:1, :1], packed)

@@ -1,5 +1,6 @@
 """causal_conv1d: equals torch's depthwise nn.Conv1d (+ SiLU) on the full sequence, and a sequence cut into
-shards, each given the pre-convolution tokens before it as `halo`, reproduces the full output."""
+shards, each given the pre-convolution tokens before it as `halo`, reproduces the full output; conv_state
+keeps the tokens decoding continues from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 from helpers import assert_close_scaled
 from torch import nn
 
-from gdn_cp.ops import causal_conv1d
+from gdn_cp.ops import causal_conv1d, conv_state
 
 B, T, D, W = 2, 23, 6, 4
 
@@ -111,3 +112,23 @@ def test_rejects_unknown_activation() -> None:
     x, conv = _inputs()
     with pytest.raises(ValueError, match="activation"):
         causal_conv1d(x, conv.weight, activation="gelu")
+
+
+@pytest.mark.parametrize("documents", [None, [0, 1, 9, 11, T]], ids=["one-sequence", "packed"])
+def test_conv_state_shares_sum_to_the_whole_sequences(documents) -> None:
+    """conv_state is the last W tokens of each sequence (document), zeros before its start; the shares of
+    zigzag shards (each rank's tokens with their global positions) sum to it exactly."""
+    x, _ = _inputs()
+    x = x[:1] if documents else x
+    whole = conv_state(x, W, documents)
+    bounds = documents or [0, T]
+    for d, (a, b) in enumerate(pairwise(bounds)):
+        tokens = x[0, max(a, b - W) : b].T  # [D, <= W], the document's last tokens
+        assert torch.equal(whole[d, :, W - tokens.shape[1] :], tokens)
+        assert not whole[d, :, : W - tokens.shape[1]].any()
+    pieces = torch.arange(T).tensor_split(6)  # zigzag over 3 ranks: pieces r and 5 - r
+    total = torch.zeros_like(whole)
+    for r in range(3):
+        positions = torch.cat([pieces[r], pieces[5 - r]])
+        total += conv_state(x[:, positions], W, documents, positions=positions, seq_len=T)
+    assert torch.equal(total, whole)

@@ -3,6 +3,7 @@ a mode declares about itself (read through the registry, gdn_cp.distributed.mode
 
 A mode runs at two levels, on this rank's shard in the mode's layout (gdn_cp.distributed.layout):
 - the layer (`__call__` / `forward_shard`): hidden states in, hidden states out, optionally packed documents;
+  `prefill` adds the whole sequence's final GDNState (conv and recurrent states), the same on every rank;
 - the op (`gated_delta_rule`, public as gdn_cp.distributed.cp_chunk_gated_delta_rule): q, k, v, g, beta in,
   outputs and final states out, as gdn_cp.ops.chunk_gated_delta_rule on the whole sequence.
 The base class handles what all modes share: DTensor inputs (a Shard(1) placement; its local shard is used and
@@ -21,11 +22,12 @@ import torch
 from torch.distributed import ProcessGroup
 from torch.distributed.tensor import DTensor, Shard
 
-from gdn_cp.distributed.collectives import exchange_header, group_rank_size
+from gdn_cp.distributed.collectives import exchange_header, group_rank_size, sum_with_outputs
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.header import CallSignature, agree, check_local_input, header_words, plan_documents
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT, ShardPlan, check_layout
-from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
+from gdn_cp.dtypes import accumulation_dtype
+from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig, GDNState
 from gdn_cp.ops.inputs import check_gdn_inputs
 
 
@@ -45,6 +47,9 @@ class CommCase:
     """Forward and backward (else the forward alone)."""
     layout: str = DEFAULT_LAYOUT
     """How the sequence is cut over the ranks (gdn_cp.distributed.layout)."""
+    final_states: int = 0
+    """Sequences whose final GDNState the pass returns (a prefill, `CPMode.prefill`: the batch, or the
+    documents packed in it); 0: none (training)."""
 
 
 class CPMode(ABC):
@@ -100,6 +105,19 @@ class CPMode(ABC):
         header = 8 * header_words() * (case.cp - 1)
         add_volume(volume, "all_gather", header, header)
 
+    @staticmethod
+    def final_state_volume(volume: Volume, case: CommCase) -> None:
+        """Add a prefill's state sum (`prefill`), when the case returns final states: one all-reduce of the
+        packed [conv | recurrent] states, N (D W + Hv K V) s bytes (N sequences, W the kernel, s the state
+        dtype's)."""
+        if not case.final_states:
+            return
+        c = case.config
+        s = torch.empty((), dtype=accumulation_dtype(c.dtype)).element_size()
+        elements = c.conv_dim * c.conv_kernel_size + c.num_v_heads * c.head_k_dim * c.head_v_dim
+        state = case.final_states * elements * s
+        add_volume(volume, "all_reduce", state, state)
+
     @classmethod
     def exchange_flops(cls, case: CommCase) -> int:
         """FLOPs this rank spends combining what the exchange brought (folds, compositions), in one pass:
@@ -138,6 +156,28 @@ class CPMode(ABC):
             out = DTensor.from_local(out, placement[0], placement[1], run_check=False)
         return out
 
+    def forward_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x [B, L, hidden] this rank's shard -> [B, L, hidden]; cu_seqlens: global document boundaries
+        (B = 1), the same on every rank."""
+        return self.layer_shard(layer, x, cu_seqlens, final_state=False)[0]
+
+    def prefill(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, GDNState]:
+        """`forward_shard`, and the whole sequence's final GDNState (N = B, or the n documents of
+        cu_seqlens), the same on every rank: each rank's share of both states (zeros where another rank
+        holds the tokens or heads) summed in one all-reduce, in the state dtype (the conv tokens cross it
+        exactly: each slot is one rank's value plus zeros)."""
+        out, shares = self.layer_shard(layer, x, cu_seqlens, final_state=True)
+        assert shares is not None
+        conv, state = shares
+        packed = torch.cat([conv.to(state.dtype).flatten(1), state.flatten(1)], dim=1)
+        out, packed = sum_with_outputs(out, packed, self.group)
+        conv_total, state_total = packed.split([conv[0].numel(), state[0].numel()], dim=1)
+        return out, GDNState(conv_total.view_as(conv).to(conv.dtype), state_total.view_as(state))
+
     def signature(self, **call: object) -> CallSignature:
         """This call's CallSignature: the mode's own settings and `call`'s fields (the config, dtype and
         options every rank must pass alike)."""
@@ -149,9 +189,12 @@ class CPMode(ABC):
             **call,
         )
 
-    def layer_signature(self, config: GatedDeltaNetConfig, x: torch.Tensor) -> CallSignature:
-        """The signature of a layer call on x [B, L, hidden]."""
+    def layer_signature(
+        self, config: GatedDeltaNetConfig, x: torch.Tensor, final_state: bool = False
+    ) -> CallSignature:
+        """The signature of a layer call on x [B, L, hidden] (a prefill's with `final_state`)."""
         return self.signature(
+            output_final_state=final_state,
             batch=x.shape[0],
             num_k_heads=config.num_k_heads,
             num_v_heads=config.num_v_heads,
@@ -178,11 +221,12 @@ class CPMode(ABC):
         return plan, plan_documents(plan, cu_seqlens)
 
     @abstractmethod
-    def forward_shard(
-        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """x [B, L, hidden] this rank's shard -> [B, L, hidden]; cu_seqlens: global document boundaries
-        (B = 1), the same on every rank."""
+    def layer_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None, final_state: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """x [B, L, hidden] this rank's shard -> ([B, L, hidden], None), or with `final_state` this rank's
+        shares of the final states: (conv [N, D, W], recurrent [N, Hv, K, V]), zeros where another rank
+        holds the tokens (heads), so that the ranks' shares sum to the whole sequence's (`prefill`)."""
 
     def gated_delta_rule(
         self,
@@ -226,7 +270,7 @@ class CPMode(ABC):
             scale=0.0 if scale is None else float(scale),
         )
         plan, documents = self.plan_by_header(signature, q.shape[1], cu_seqlens, q.device, check)
-        return self.sharded_rule(
+        o, share = self.sharded_rule(
             plan,
             (q, k, v, g, beta),
             scale=scale,
@@ -236,6 +280,7 @@ class CPMode(ABC):
             documents=documents,
             chunk_size=chunk_size,
         )
+        return (o, None) if share is None else sum_with_outputs(o, share, self.group)
 
     @abstractmethod
     def sharded_rule(
@@ -250,5 +295,7 @@ class CPMode(ABC):
         documents: list[int] | None,
         chunk_size: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`gated_delta_rule` once every rank agrees on `plan`: inputs (q, k, v, g, beta) are this rank's;
-        `documents` the checked global boundaries (None: unpacked)."""
+        """`gated_delta_rule` once every rank agrees on `plan`, but for the final states' sum: (o, this rank's
+        share of the final states, [N, Hv, K, V] with zeros where another rank holds the tokens or heads, or
+        None without output_final_state). Inputs (q, k, v, g, beta) are this rank's; `documents` the checked
+        global boundaries (None: unpacked)."""

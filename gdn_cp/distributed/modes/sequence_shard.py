@@ -25,7 +25,7 @@ from abc import abstractmethod
 
 import torch
 
-from gdn_cp.distributed.collectives import exchange_halos, sum_with_outputs, wants_tail
+from gdn_cp.distributed.collectives import exchange_halos, wants_tail
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import LocalSegment, ShardPlan, piece_owners
 from gdn_cp.distributed.modes.base import CommCase, CPMode
@@ -36,6 +36,7 @@ from gdn_cp.ops import (
     apply_summary,
     causal_conv1d,
     chunk_outputs,
+    conv_state,
     gdn_state_summary,
     prepare_chunks,
     split_chunk_outputs,
@@ -63,10 +64,10 @@ class SequenceShardMode(CPMode):
 
     @classmethod
     def communication(cls, case: CommCase) -> Volume:
-        """The header (`header_volume`), then the halo exchange (w = conv_kernel_size - 1, D = 2 Hk K + Hv V,
-        e the dtype's bytes): B w D elements per tail, a piece's tail going to every other rank holding one
-        of the next w pieces; the backward sends the same volume back. Then the mode's own exchange
-        (`state_exchange`)."""
+        """The header (`header_volume`) and a prefill's state sum (`final_state_volume`); the halo exchange
+        (w = conv_kernel_size - 1, D = 2 Hk K + Hv V, e the dtype's bytes): B w D elements per tail, a
+        piece's tail going to every other rank holding one of the next w pieces; the backward sends the same
+        volume back. Then the mode's own exchange (`state_exchange`)."""
         config, cp, rank = case.config, case.cp, case.rank
         e = torch.empty((), dtype=config.dtype).element_size()
         width = config.conv_kernel_size - 1
@@ -75,6 +76,7 @@ class SequenceShardMode(CPMode):
         sent, received = tail * tails_sent, tail * tails_received
         volume: Volume = {}
         cls.header_volume(volume, case)
+        cls.final_state_volume(volume, case)
         add_volume(volume, "halo", sent, received)
         if case.backward:
             add_volume(volume, "halo", received, sent)
@@ -99,11 +101,12 @@ class SequenceShardMode(CPMode):
 
     # -- the layer ------------------------------------------------------------------------------------------
 
-    def forward_shard(
-        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def layer_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None, final_state: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         c = layer.config
-        plan, bounds = self.plan_by_header(self.layer_signature(c, x), x.shape[1], cu_seqlens, x.device)
+        signature = self.layer_signature(c, x, final_state)
+        plan, bounds = self.plan_by_header(signature, x.shape[1], cu_seqlens, x.device)
         p = layer.project(x)
         pieces = p.mixed_qkv.split(plan.local_lengths, dim=1)
         halos = exchange_halos(pieces, c.conv_kernel_size - 1, plan.lengths, self.group, plan.owners)
@@ -117,17 +120,22 @@ class SequenceShardMode(CPMode):
         )
         q, k, v = layer.split_qkv(mixed)
         g, beta = layer.gates(p.a, p.b)
-        o, _ = self.sharded_rule(
+        o, state = self.sharded_rule(
             plan,
             (q, k, v, g, beta),
             scale=None,
             initial_state=None,
-            output_final_state=False,
+            output_final_state=final_state,
             use_qk_l2norm_in_kernel=True,
             documents=bounds,
             chunk_size=c.chunk_size,
         )
-        return layer.output(o, p.z)
+        out = layer.output(o, p.z)
+        if state is None:
+            return out, None
+        positions = plan.global_positions(x.device)
+        conv = conv_state(p.mixed_qkv, c.conv_kernel_size, bounds, positions=positions, seq_len=plan.total)
+        return out, (conv, state)
 
     # -- the op ---------------------------------------------------------------------------------------------
 
@@ -207,14 +215,13 @@ class SequenceShardMode(CPMode):
             )
         if not output_final_state:
             return o, None
-        # Each document's final state is on the rank holding its last token: summed into every rank's copy.
+        # Each document's final state is on the rank holding its last token (the caller sums the shares).
         n_docs = 1 if bounds is None else len(bounds) - 1
         ending = [i for i, s in enumerate(segments) if s.ends_document]
         share = finals.new_zeros(finals.shape[0], n_docs, *finals.shape[2:]).index_copy(
             1, documents[ending], finals[:, ending]
         )
-        o, final = sum_with_outputs(o, share, self.group)
-        return o, (final[0] if bounds is not None else final[:, 0])
+        return o, (share[0] if bounds is not None else share[:, 0])
 
     def _piece_summaries(
         self, chunks, segments: list[LocalSegment], starts: torch.Tensor | None

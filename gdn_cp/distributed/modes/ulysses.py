@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from gdn_cp.distributed.collectives import all_to_all, sum_with_outputs
+from gdn_cp.distributed.collectives import all_to_all
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
-from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule
+from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, conv_state
 
 
 class UlyssesMode(CPMode):
@@ -51,7 +51,8 @@ class UlyssesMode(CPMode):
     def communication(cls, case: CommCase) -> Volume:
         """Per all-to-all, each way (forward: 2, backward: 2 more), with L = T / cp and e the dtype's bytes:
         Q/K/V/B/A out B L (cp - 1) (2 Hk K + Hv V + 2 Hv) / cp e; outputs back B L (cp - 1) Hv V / cp e.
-        Every call starts with the header (`header_volume`)."""
+        Every call starts with the header (`header_volume`); a prefill ends with its state sum
+        (`final_state_volume`)."""
         config, cp, batch = case.config, case.cp, case.batch
         e = torch.empty((), dtype=config.dtype).element_size()
         L, passes = case.seq_len // cp, 2 if case.backward else 1
@@ -60,6 +61,7 @@ class UlyssesMode(CPMode):
         outputs = batch * L * (cp - 1) * Hv * V // cp * e
         volume: Volume = {}
         cls.header_volume(volume, case)
+        cls.final_state_volume(volume, case)
         add_volume(volume, "all_to_all", passes * (packed + outputs), passes * (packed + outputs), 2 * passes)
         return volume
 
@@ -79,12 +81,12 @@ class UlyssesMode(CPMode):
             o, scatter_dim=1, gather_dim=2, group=self.group, scatter_sizes=plan.shard_lengths()
         )
 
-    def forward_shard(
-        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def layer_shard(
+        self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None, final_state: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         c, cp, r = layer.config, self.size, self.rank
         B, L, _ = x.shape
-        plan, bounds = self.plan_by_header(self.layer_signature(c, x), L, cu_seqlens, x.device)
+        plan, bounds = self.plan_by_header(self.layer_signature(c, x, final_state), L, cu_seqlens, x.device)
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
@@ -102,19 +104,35 @@ class UlyssesMode(CPMode):
         )
         mixed, b, a = self._to_heads(packed, plan).split([2 * kd + vd, hv, hv], dim=-1)
 
-        w = layer.conv1d.weight
-        w_local = torch.cat(
+        # This rank's q, k and v channels of the fused conv, in the conv weight and state alike.
+        channels = torch.cat(
             [
-                w[r * kd : (r + 1) * kd],
-                w[c.key_dim + r * kd : c.key_dim + (r + 1) * kd],
-                w[2 * c.key_dim + r * vd : 2 * c.key_dim + (r + 1) * vd],
+                torch.arange(r * kd, (r + 1) * kd),
+                torch.arange(c.key_dim + r * kd, c.key_dim + (r + 1) * kd),
+                torch.arange(2 * c.key_dim + r * vd, 2 * c.key_dim + (r + 1) * vd),
             ]
-        )
+        ).to(x.device)
+        w_local = layer.conv1d.weight.index_select(0, channels)
         ql, kl, vl = layer.split_qkv(causal_conv1d(mixed, w_local, cu_seqlens=bounds))
-        o = layer.core(
-            ql, kl, vl, a, b, heads=slice(r * hv, (r + 1) * hv), cu_seqlens=bounds
+        heads = slice(r * hv, (r + 1) * hv)
+        o, final = layer.core(
+            ql, kl, vl, a, b, heads=heads, cu_seqlens=bounds, output_final_state=final_state
         )  # [B, T, hv, V]
-        return layer.output(self._to_sequence(o, plan), p.z)
+        out = layer.output(self._to_sequence(o, plan), p.z)
+        if final is None:
+            return out, None
+        # This rank holds the whole sequence of its heads and channels: its share is theirs, zeros elsewhere.
+        local_conv = conv_state(mixed, c.conv_kernel_size, bounds)
+        conv = local_conv.new_zeros(local_conv.shape[0], c.conv_dim, c.conv_kernel_size)
+        conv.index_copy_(1, channels, local_conv)
+        return out, (conv, self._heads_share(final, heads, c.num_v_heads))
+
+    @staticmethod
+    def _heads_share(final: torch.Tensor, heads: slice, num_v_heads: int) -> torch.Tensor:
+        """This rank's heads [N, h, K, V] of the final states, in place in zeros of all [N, Hv, K, V]."""
+        share = final.new_zeros(final.shape[0], num_v_heads, *final.shape[2:])
+        share[:, heads] = final
+        return share
 
     def gated_delta_rule(self, q, k, v, g, beta, **kwargs):
         """As CPMode's, but checking the heads first: they must divide over cp (the same on every rank)."""
@@ -172,9 +190,4 @@ class UlyssesMode(CPMode):
             chunk_size=chunk_size,
         )
         o = self._to_sequence(o, plan)
-        if not output_final_state:
-            return o, None
-        # This rank's heads of every final state, in place in a zero tensor of all heads, summed over ranks.
-        share = final.new_zeros(final.shape[0], Hv, *final.shape[2:])
-        share[:, heads] = final
-        return sum_with_outputs(o, share, self.group)
+        return o, (None if final is None else self._heads_share(final, heads, Hv))
