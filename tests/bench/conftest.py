@@ -7,17 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tiny import TINY_LAYER_YAML
 
-TINY_SCENARIO = """\
+TINY_SCENARIO = f"""\
 description: tiny layer for tests
-hidden_size: 32
-num_k_heads: 2
-num_v_heads: 4
-head_k_dim: 8
-head_v_dim: 8
-chunk_size: 8
-dtype: fp32
-warmup: 1
+{TINY_LAYER_YAML}warmup: 1
 repeat: 2
 cp: [1, 2]
 seq_len: [64]

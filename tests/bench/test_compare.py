@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 from rich.console import Console
+from tiny import TINY_LAYER, TINY_LAYER_YAML
 
 from bench.cli import main
 from bench.commands import compare
@@ -87,14 +88,8 @@ def case(mode: str = "p2p", seq_len: int = 64, warmup: int = 1) -> Case:
         cp=2,
         seq_len=seq_len,
         pass_="forward",
-        hidden_size=32,
-        num_k_heads=2,
-        num_v_heads=4,
-        head_k_dim=8,
-        head_v_dim=8,
+        **TINY_LAYER,
         conv_kernel_size=4,
-        chunk_size=8,
-        dtype="fp32",
         batch=1,
         seed=0,
         warmup=warmup,
@@ -480,17 +475,10 @@ def test_resolve_side(tmp_path, files):
 # A real comparison of two refs
 
 
-TINY = """\
+TINY = f"""\
 description: one tiny case for the compare test
 device: cpu
-hidden_size: 32
-num_k_heads: 2
-num_v_heads: 4
-head_k_dim: 8
-head_v_dim: 8
-chunk_size: 8
-dtype: fp32
-warmup: 0
+{TINY_LAYER_YAML}warmup: 0
 repeat: 2
 rounds: 2
 cp: [1]

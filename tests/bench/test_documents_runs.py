@@ -10,26 +10,22 @@ import bench_ranks
 import pytest
 import torch
 import verify_ranks
+from tiny import TINY_LAYER_YAML, tiny_scenario
 
 from bench.commands import run as run_command
 from bench.commands import show as show_command
 from bench.commands import verify as verify_command
 from bench.measure.rank import cu_seqlens_of, global_tensor
 from bench.results.store import load_result
-from bench.suite.config import Scenario, Sweep
+from bench.suite.config import Sweep
 from gdn_cp.distributed import run_on_ranks
 
 pytestmark = pytest.mark.multirank
 
-PACKED = """\
-description: tiny layer, zigzag shards of packed documents
-hidden_size: 32
-num_k_heads: 2
-num_v_heads: 4
-head_k_dim: 8
-head_v_dim: 8
-chunk_size: 8
-dtype: fp32
+PACKED = (
+    "description: tiny layer, zigzag shards of packed documents\n"
+    + TINY_LAYER_YAML
+    + """\
 warmup: 1
 repeat: 2
 cp: [2]
@@ -42,6 +38,7 @@ documents: {count: 5, lengths: lognormal, seed: 0}
 thresholds:
   fp32: {rel_l2: 1.0e-4, param_rel_l2: 1.0e-4, grad_norm_rel: 1.0e-4}
 """
+)
 """Every mode at cp 2; 5 documents of 4-24 tokens cross both pieces of each rank and the piece edges."""
 
 
@@ -51,13 +48,7 @@ def packed_scenario(write_scenario) -> Path:
 
 
 def test_ranks_get_zigzag_shards_of_one_input_and_the_global_boundaries():
-    (case,) = Scenario(
-        name="s",
-        hidden_size=16,
-        num_k_heads=2,
-        num_v_heads=4,
-        head_k_dim=4,
-        head_v_dim=4,
+    (case,) = tiny_scenario(
         seed=7,
         sweep=Sweep(
             cp=[2], seq_len=[16], mode=["p2p"], pass_=["forward"], layout=["zigzag"], documents={"count": 3}
@@ -65,7 +56,7 @@ def test_ranks_get_zigzag_shards_of_one_input_and_the_global_boundaries():
     ).cases(warmup=0, repeat=1)
     ranks = run_on_ranks(bench_ranks.built_tensors, 2, (case, "cpu"))
     generator = torch.Generator().manual_seed(case.seed + 1)
-    x = global_tensor((1, 16, 16), torch.float32, generator).chunk(4, dim=1)
+    x = global_tensor((1, 16, case.hidden_size), torch.float32, generator).chunk(4, dim=1)
     assert torch.equal(ranks[0]["x"], torch.cat([x[0], x[3]], dim=1))  # pieces r and 2 cp - 1 - r
     assert torch.equal(ranks[1]["x"], torch.cat([x[1], x[2]], dim=1))
     cu = cu_seqlens_of(case)

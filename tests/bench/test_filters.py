@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from tiny import tiny_scenario
 
 from bench.errors import UserError
-from bench.suite.config import Scenario, Sweep
+from bench.suite.config import Sweep
 from bench.suite.filters import parse_filters
 
-CASES = Scenario(
-    name="s",
-    hidden_size=32,
-    num_k_heads=2,
-    num_v_heads=4,
-    head_k_dim=8,
-    head_v_dim=8,
+CASES = tiny_scenario(
     sweep=Sweep(cp=[1, 2], seq_len=[64, 128], checkpoint=[True, False]),
 ).cases(warmup=1, repeat=1)
 

@@ -7,20 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny import TINY_LAYER_YAML
 
 from bench.cli import main
 from bench.commands import profile as profile_command
 from bench.profiling import RankTimeline, breakdown, read_timeline, straggler, traces
 from bench.profiling.traces import Collective, StepTimeline
 
-PROFILE = """\
-hidden_size: 32
-num_k_heads: 2
-num_v_heads: 4
-head_k_dim: 8
-head_v_dim: 8
-chunk_size: 8
-cp: [2]
+PROFILE = f"""\
+{TINY_LAYER_YAML}cp: [2]
 seq_len: [64]
 mode: [ulysses, p2p]
 checkpoint: [true]

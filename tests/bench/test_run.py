@@ -19,6 +19,7 @@ import bench_ranks
 import pytest
 from conftest import TINY_SCENARIO
 from rich.console import Console
+from tiny import TINY_LAYER_YAML
 
 from bench.cli import main
 from bench.commands import run as run_command
@@ -105,20 +106,7 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
 
 
 def test_failed_cases_are_recorded_and_the_sweep_goes_on(suite_dir: Path, write_scenario):
-    write_scenario(
-        "faulty",
-        """\
-        hidden_size: 32
-        num_k_heads: 2
-        num_v_heads: 4
-        head_k_dim: 8
-        head_v_dim: 8
-        chunk_size: 8
-        cp: [2]
-        seq_len: [32]
-        mode: [ulysses, all_gather]
-        """,
-    )
+    write_scenario("faulty", TINY_LAYER_YAML + "cp: [2]\nseq_len: [32]\nmode: [ulysses, all_gather]\n")
     out = suite_dir / "faulty.json"
     code = run_command.run(
         ["faulty"], sets=["timeout_s=10"], output=str(out), rank_fn=bench_ranks.failing_rank_fn

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench.launch.schedule import round_batches, slots_left
-from bench.suite.config import Scenario, Sweep
+from tiny import tiny_scenario
 
-SCENARIO = Scenario(
-    name="s",
-    hidden_size=32,
-    num_k_heads=2,
-    num_v_heads=4,
-    head_k_dim=8,
-    head_v_dim=8,
+from bench.launch.schedule import round_batches, slots_left
+from bench.suite.config import Sweep
+
+SCENARIO = tiny_scenario(
     sweep=Sweep(cp=[1, 2], seq_len=[64, 128], mode=["ulysses", "p2p"]),
 )
 CASES = SCENARIO.cases(warmup=1, repeat=2, rounds=3)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny import tiny_scenario
 
 from bench.errors import UserError
 from bench.measure.timing import summarize
@@ -24,16 +25,10 @@ from bench.results.store import (
     load_result,
     result_filename,
 )
-from bench.suite.config import Scenario, Sweep
+from bench.suite.config import Sweep
 from gdn_cp.distributed import resolve_platform
 
-SCENARIO = Scenario(
-    name="s",
-    hidden_size=32,
-    num_k_heads=2,
-    num_v_heads=4,
-    head_k_dim=8,
-    head_v_dim=8,
+SCENARIO = tiny_scenario(
     sweep=Sweep(cp=[2], seq_len=[64]),
 )
 CASES = SCENARIO.cases(warmup=1, repeat=3)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import verify_ranks
+from tiny import tiny_scenario
 
 from bench.cli import main
 from bench.commands import verify as verify_command
@@ -16,7 +17,7 @@ from bench.errors import FieldError, UserError
 from bench.render.document import Section, document_blocks, render_markdown
 from bench.results.store import load_result, save_result
 from bench.results.verifications import GROWTH_FLOOR
-from bench.suite.config import Scenario, Sweep, TrainSettings
+from bench.suite.config import Sweep, TrainSettings
 from bench.suite.thresholds import ThresholdSpec
 from bench.verification import (
     LayerVerification,
@@ -221,26 +222,14 @@ def test_bad_thresholds_name_the_key(raw, fragment):
 
 
 def test_a_dtype_list_sweeps_dtypes_and_ids_carry_them():
-    s = Scenario(
-        name="s",
-        hidden_size=32,
-        num_k_heads=2,
-        num_v_heads=4,
-        head_k_dim=8,
-        head_v_dim=8,
+    s = tiny_scenario(
         dtype=["fp32", "bf16"],
         sweep=Sweep(cp=[2], seq_len=[64], mode=["p2p"], pass_=["forward_backward"]),
     )
     cases = s.cases(warmup=1, repeat=1)
     assert [c.case_id for c in cases] == ["p2p-ckpt-cp2-T64-fwd_bwd-fp32", "p2p-ckpt-cp2-T64-fwd_bwd-bf16"]
     assert [c.dtype for c in cases] == ["fp32", "bf16"]
-    single = Scenario(
-        name="s",
-        hidden_size=32,
-        num_k_heads=2,
-        num_v_heads=4,
-        head_k_dim=8,
-        head_v_dim=8,
+    single = tiny_scenario(
         sweep=Sweep(cp=[2], seq_len=[64], mode=["p2p"], pass_=["forward"]),
     )
     assert single.cases(warmup=1, repeat=1)[0].case_id == "p2p-ckpt-cp2-T64-fwd"  # unchanged without a list

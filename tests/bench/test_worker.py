@@ -5,22 +5,17 @@ from __future__ import annotations
 import bench_ranks
 import pytest
 import torch
+from tiny import tiny_scenario
 
 from bench.measure.rank import global_tensor
-from bench.suite.config import Scenario, Sweep
+from bench.suite.config import Sweep
 from gdn_cp.distributed import run_on_ranks
 
 pytestmark = pytest.mark.multirank
 
 
 def test_same_weights_on_every_rank_and_contiguous_shards_of_one_input():
-    (case,) = Scenario(
-        name="s",
-        hidden_size=16,
-        num_k_heads=2,
-        num_v_heads=4,
-        head_k_dim=4,
-        head_v_dim=4,
+    (case,) = tiny_scenario(
         seed=7,
         sweep=Sweep(cp=[2], seq_len=[12], mode=["p2p"], pass_=["forward"]),
     ).cases(warmup=0, repeat=1)
@@ -29,8 +24,8 @@ def test_same_weights_on_every_rank_and_contiguous_shards_of_one_input():
         assert torch.equal(p0, p1)
     # the global input and output gradient, drawn as the worker draws them, split in rank order
     generator = torch.Generator().manual_seed(case.seed + 1)
-    x = global_tensor((1, 12, 16), torch.float32, generator)
-    grad = global_tensor((1, 12, 16), torch.float32, generator)
+    x = global_tensor((1, 12, case.hidden_size), torch.float32, generator)
+    grad = global_tensor((1, 12, case.hidden_size), torch.float32, generator)
     assert torch.equal(torch.cat([r["x"] for r in ranks], dim=1), x)
     assert torch.equal(torch.cat([r["grad"] for r in ranks], dim=1), grad)
-    assert ranks[0]["x"].shape == (1, 6, 16)
+    assert ranks[0]["x"].shape == (1, 6, case.hidden_size)
