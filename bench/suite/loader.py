@@ -28,11 +28,16 @@ from bench.errors import FieldError, UserError, first_line, suggest
 from bench.suite.config import Scenario, SuiteConfig, Sweep, TrainSettings, yaml_key, yaml_keys
 
 SUITE_FILE = "bench.yaml"
-DEFAULTS_DIR = Path(__file__).resolve().parent.parent / "defaults"
-"""bench's packaged defaults (package data, pyproject's [tool.setuptools.package-data]): a suite file and
-the scenarios, used from any folder without a bench.yaml and written out by `bench init`."""
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+DEFAULTS_DIR = PACKAGE_DIR / "defaults"
+"""bench's packaged defaults (package data): the suite file used from any folder without a bench.yaml and
+written out by `bench init`, and the interconnect examples of `bench model`."""
 PACKAGED_SUITE = DEFAULTS_DIR / SUITE_FILE
-PACKAGED_SCENARIOS = DEFAULTS_DIR / "scenarios"
+_WHEEL_SCENARIOS = PACKAGE_DIR / "scenarios"
+PACKAGED_SCENARIOS = _WHEEL_SCENARIOS if _WHEEL_SCENARIOS.is_dir() else PACKAGE_DIR.parent / "scenarios"
+"""The shipped scenarios, one copy: the repository's top-level scenarios/, which a wheel carries as
+bench/scenarios (pyproject's force-include); from a checkout (an editable install, or PYTHONPATH=.) the
+folder itself."""
 INIT_FIX = (
     "write the packaged defaults (a bench.yaml and a scenarios/ folder) into a new folder with `bench init "
     "FOLDER`"

@@ -42,8 +42,9 @@ def test_the_packaged_suite_is_the_code_defaults(tmp_path: Path, monkeypatch):
 
 def test_the_repository_uses_the_packaged_scenarios_from_its_root():
     suite = load_suite(ROOT / "bench.yaml")
-    assert suite.scenarios_dir.resolve() == PACKAGED_SCENARIOS.resolve()
-    assert not (ROOT / "scenarios").exists()  # one copy of each scenario
+    assert suite.scenarios_dir.resolve() == PACKAGED_SCENARIOS.resolve() == (ROOT / "scenarios").resolve()
+    # one copy of each scenario: none under bench/ in a checkout (a wheel maps scenarios/ there)
+    assert not [p for p in (ROOT / "bench").rglob("*.yaml") if p.parent.name == "scenarios"]
 
 
 def test_list_from_any_folder_shows_the_packaged_scenarios(tmp_path: Path):
@@ -66,7 +67,8 @@ def test_run_from_any_folder_writes_results_here(tmp_path: Path):
         *("bench", "run", "cpu-smoke", "--set", "repeat=1", "--set", "warmup=0"),
         *("--filter", "ulysses-cp1-T1024-fwd", "--device", "cpu"),
     ]
-    assert not list(PACKAGED_SCENARIOS.parent.rglob("*.json"))  # nothing written into the package
+    assert not list(PACKAGED_SCENARIOS.rglob("*.json"))  # nothing written into the shipped scenarios
+    assert not list((ROOT / "bench").rglob("*.json"))  # nor into the package
 
 
 def test_no_scenarios_is_one_line_naming_where_and_the_fix(tmp_path: Path):
