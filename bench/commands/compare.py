@@ -153,6 +153,42 @@ def _narrow(run: RunResult, case_filter: CaseFilter) -> RunResult:
     return dataclasses.replace(run, cases=[c for c in run.cases if case_filter.matches(c.case)])
 
 
+def side_paths(
+    sides: Sequence[Side],
+    scenarios: Sequence[str],
+    *,
+    sets: Sequence[str],
+    filters: Sequence[str],
+    device: str | None,
+    config: str | None,
+    save_dir: str | None,
+    console: Console,
+    runner: interleave.Runner = interleave.run_on_side,
+) -> list[Path]:
+    """The result file of each side, base then head: a file side's own, a ref side's from running the
+    selected cases on it (both refs alternating round by round; progress on `console`). Raises
+    KeyboardInterrupt when interrupted (finished cases stay in their files), UserError for run options given
+    with two files."""
+    if all(isinstance(s, FileSide) for s in sides):
+        if scenarios or sets or device:
+            raise UserError(
+                "scenarios, --set and --device choose what to run, but two result files run nothing; drop "
+                "them (--filter narrows the files' cases), or give git refs to run"
+            )
+        return [s.path for s in sides if isinstance(s, FileSide)]
+    return _run_refs(
+        sides,
+        scenarios,
+        sets=sets,
+        filters=filters,
+        device=device,
+        config=config,
+        save_dir=save_dir,
+        console=console,
+        runner=runner,
+    )
+
+
 def _run_refs(
     sides: Sequence[Side],
     scenarios: Sequence[str],
@@ -435,31 +471,23 @@ def run(
     """
     console = console or default_console
     check_thresholds(factor, alpha)
-    sides = [resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd())]
-    if all(isinstance(s, FileSide) for s in sides):
-        if scenarios or sets or device:
-            raise UserError(
-                "scenarios, --set and --device choose what to run, but two result files run nothing; drop "
-                "them (--filter narrows the files' cases), or give git refs to run"
-            )
-        paths = [s.path for s in sides if isinstance(s, FileSide)]
-    else:
-        # In markdown mode the progress goes to stderr, so that stdout is the comment alone.
-        progress_console = console if fmt == "table" else Console(stderr=True, highlight=False)
-        try:
-            paths = _run_refs(
-                sides,
-                scenarios,
-                sets=sets,
-                filters=filters,
-                device=device,
-                config=config,
-                save_dir=save_dir,
-                console=progress_console,
-                runner=runner,
-            )
-        except KeyboardInterrupt:
-            return 130
+    sides = (resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd()))
+    # In markdown mode the progress goes to stderr, so that stdout is the comment alone.
+    progress_console = console if fmt == "table" else Console(stderr=True, highlight=False)
+    try:
+        paths = side_paths(
+            sides,
+            scenarios,
+            sets=sets,
+            filters=filters,
+            device=device,
+            config=config,
+            save_dir=save_dir,
+            console=progress_console,
+            runner=runner,
+        )
+    except KeyboardInterrupt:
+        return 130
     case_filter = parse_filters(filters)
     base_run, head_run = (_narrow(load_result(p), case_filter) for p in paths)
     comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha, force=force)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from bench.commands import compare as compare_command
 from bench.console import console as default_console
 from bench.console import print_warning
 from bench.errors import UserError
-from bench.launch.gitrefs import FileSide, Side, resolve_side
+from bench.launch.gitrefs import FileSide, resolve_side
 from bench.results.analysis import source_label
 from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs
 from bench.results.gate import GateResult, Outcome, accuracy_table, gate, timing_table
@@ -165,55 +164,6 @@ def _warn_other_commits(flag: str, commits: dict[str, str], run: RunResult, side
             )
 
 
-def _run_paths(
-    base: str,
-    head: str,
-    sides: tuple[Side, Side],
-    scenarios: Sequence[str],
-    *,
-    sets: Sequence[str],
-    filters: Sequence[str],
-    device: str | None,
-    config: str | None,
-    factor: float,
-    alpha: float,
-    save_dir: str | None,
-) -> tuple[Path, Path] | None:
-    """Both sides' result files: as given, or run from refs by `bench compare` (None: interrupted)."""
-    if all(isinstance(s, FileSide) for s in sides):
-        if scenarios or sets or device:
-            raise UserError(
-                "scenarios, --set and --device choose what to run, but two result files run nothing; drop "
-                "them (--filter narrows the files' cases), or give git refs to run"
-            )
-        return Path(base), Path(head)
-    if save_dir is None:
-        folder = load_suite(config).results_dir / f"gate-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-        save_dir = str(new_folder(folder))
-    # compare prints its progress on stderr in markdown mode; its own table is dropped: the gate prints one.
-    with open(os.devnull, "w") as devnull:
-        code = compare_command.run(
-            base,
-            head,
-            scenarios,
-            sets=sets,
-            filters=filters,
-            device=device,
-            config=config,
-            factor=factor,
-            alpha=alpha,
-            fmt="markdown",
-            save_dir=save_dir,
-            console=Console(file=devnull),
-        )
-    if code == 130:
-        return None
-    found = []
-    for role, side in zip(("base", "head"), sides, strict=True):
-        found.append(side.path if isinstance(side, FileSide) else next(Path(save_dir).glob(f"{role}-*.json")))
-    return found[0], found[1]
-
-
 def render(result: GateResult, labels: tuple[str, str], console: Console) -> None:
     """Both tables, then the outcome in one coloured line."""
     console.print(f"base {escape(labels[0])}  vs  head {escape(labels[1])}")
@@ -251,20 +201,21 @@ def run(
     case_filter = parse_filters(filters)
     head_records, head_commits = _records(verify, "--verify", case_filter)
     base_records, base_commits = _records(base_verify, "--base-verify", case_filter)
-    paths = _run_paths(
-        base,
-        head,
-        sides,
-        scenarios,
-        sets=sets,
-        filters=filters,
-        device=device,
-        config=config,
-        factor=factor,
-        alpha=alpha,
-        save_dir=save_dir,
-    )
-    if paths is None:
+    if save_dir is None and not all(isinstance(s, FileSide) for s in sides):
+        folder = load_suite(config).results_dir / f"gate-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        save_dir = str(new_folder(folder))
+    try:  # the progress on stderr, so that stdout is the gate's table alone
+        paths = compare_command.side_paths(
+            sides,
+            scenarios,
+            sets=sets,
+            filters=filters,
+            device=device,
+            config=config,
+            save_dir=save_dir,
+            console=Console(stderr=True, highlight=False),
+        )
+    except KeyboardInterrupt:
         return 130
     base_run, head_run = (_timing_run(p) for p in paths)
     _warn_other_commits("--verify", head_commits, head_run, "head")

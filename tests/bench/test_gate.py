@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -188,19 +189,18 @@ def test_refs_run_through_bench_compare(tmp_path, monkeypatch):
     b, h, v = files(tmp_path, timing_run(), timing_run(), verify_run())
     seen = {}
 
-    def fake_compare(base, head, scenarios, *, save_dir, **kwargs):
-        """What `bench compare REF REF --save-dir` leaves: both sides' files in the folder."""
-        seen.update(base=base, head=head, scenarios=list(scenarios), save_dir=save_dir)
-        shutil.copy(b, Path(save_dir) / "base-x.json")
-        shutil.copy(h, Path(save_dir) / "head-x.json")
-        return 0
+    def fake_side_paths(sides, scenarios, *, save_dir, **kwargs):
+        """What `bench compare`'s runs of two refs return: both sides' files, saved in the folder."""
+        seen.update(commits=[s.commit for s in sides], scenarios=list(scenarios), save_dir=save_dir)
+        return [
+            Path(shutil.copy(b, Path(save_dir) / "base-x.json")),
+            Path(shutil.copy(h, Path(save_dir) / "head-x.json")),
+        ]
 
-    monkeypatch.setattr(gate_command.compare_command, "run", fake_compare)
+    monkeypatch.setattr(gate_command.compare_command, "side_paths", fake_side_paths)
     monkeypatch.chdir(REPO)
     code = gate_command.run("HEAD", "HEAD", ["tiny"], verify=[v], save_dir=str(tmp_path), console=QUIET)
-    assert code == 0 and seen == {
-        "base": "HEAD",
-        "head": "HEAD",
-        "scenarios": ["tiny"],
-        "save_dir": str(tmp_path),
-    }
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    assert code == 0 and seen == {"commits": [head, head], "scenarios": ["tiny"], "save_dir": str(tmp_path)}
