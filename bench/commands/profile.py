@@ -29,19 +29,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.commands import common_args
-from bench.commands.session import console_for
+from bench.commands.session import CaseChoice, Session
 from bench.console import console as default_console
 from bench.errors import UserError
-from bench.launch.launcher import TorchrunEnv, prepare_launch, torchrun_env
+from bench.launch.launcher import TorchrunEnv
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
 from bench.results.env import collect_environment
 from bench.results.paths import free_path
 from bench.results.store import result_filename
 from bench.suite.config import Case
-from bench.suite.filters import parse_filters
-from bench.suite.loader import display, load_suite, parse_overrides
-from bench.suite.selection import run_device, select
-from gdn_cp.distributed import Platform, resolve_platform
+from bench.suite.loader import display
+from bench.suite.selection import Selection
+from gdn_cp.distributed import Platform
 
 NAME = "profile"
 HELP = (
@@ -244,20 +243,22 @@ def run(
     console: Console | None = None,
 ) -> int:
     """Profile the one case of `scenario` that `case` (a --filter expression) matches; the exit code."""
-    console = console or default_console
     if steps < 1:
         raise UserError(f"--steps {steps}: give a positive number of steps, e.g. --steps 3")
-    overrides = parse_overrides(sets, device)
-    suite = load_suite(config, overrides)
-    (sel,) = select(suite, [scenario], overrides, parse_filters([case]))
-    the_case = _one_case(sel.cases, sel.total, case, sel.scenario.name)
-    platform = resolve_platform(run_device(suite.config.device, [sel]))
-    job = torchrun_env()
-    run_dir = _run_dir(output, suite.results_dir, platform, the_case, job)
-    rank_fn = functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
-    launcher = prepare_launch(platform, job, suite, [dataclasses.replace(sel, cases=[the_case])], rank_fn)
+
+    def one_case(found: list[Selection]) -> list[Selection]:
+        (sel,) = found
+        return [dataclasses.replace(sel, cases=[_one_case(sel.cases, sel.total, case, sel.scenario.name)])]
+
+    choice = CaseChoice([scenario], sets, [case], device, config)
+    session = Session.open(choice, console or default_console, one_case)
+    (the_case,) = session.cases
+    platform, job, console = session.platform, session.job, session.console
+    run_dir = _run_dir(output, session.suite.results_dir, platform, the_case, job)
+    launcher = session.launcher(
+        functools.partial(profile_on_rank, steps=steps, trace_dir=str(run_dir.resolve()))
+    )
     _create_run_dir(run_dir, claim=not output and job is None)
-    console = console_for(job, console)
     console.print(f"profiling {escape(the_case.key())} on {the_case.cp} ranks ({platform.device_type})")
     with launcher.group():
         outcome = launcher.run(the_case)

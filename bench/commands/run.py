@@ -11,38 +11,25 @@ keeps what finished and `--resume FILE` continues it. Exit code: 0 when every ca
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec
 
 from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args, show
-from bench.commands.session import (
-    command_argv,
-    console_for,
-    new_result_writer,
-    new_run,
-    run_environment,
-)
+from bench.commands.session import CaseChoice, Session
 from bench.commands.verify import is_verification_run
 from bench.console import CaseProgress, print_error
 from bench.console import console as default_console
 from bench.errors import UserError
-from bench.launch.launcher import (
-    LocalLauncher,
-    RankFn,
-    TorchrunEnv,
-    TorchrunLauncher,
-    leads,
-    prepare_launch,
-    torchrun_env,
-    warn_oversubscription,
-)
+from bench.launch.launcher import LocalLauncher, RankFn, TorchrunEnv, TorchrunLauncher, warn_oversubscription
 from bench.launch.schedule import Slot, new_seed, rounds_wanted, slots_left
 from bench.launch.sweep import run_rounds
 from bench.measure.rank import measure_on_rank
@@ -51,12 +38,11 @@ from bench.results.statistics import format_estimate
 from bench.results.store import SESSION_ENV, CaseResult, ResultWriteError, ResultWriter, RunResult
 from bench.results.tables import case_line
 from bench.suite.config import Case
-from bench.suite.filters import parse_filters
-from bench.suite.loader import display, load_suite, parse_overrides
-from bench.suite.selection import Selection, require_cases, run_device, select
-from gdn_cp.distributed import resolve_platform
+from bench.suite.loader import display
+from bench.suite.selection import Selection
 
 NAME = "run"
+P = ParamSpec("P")
 HELP = "Run scenarios: time each case on its ranks (rank-max), measure peak memory, write a result file."
 
 
@@ -165,33 +151,14 @@ class RunOutcome:
     """The result file; None on a torchrun rank other than 0."""
 
 
-def run(
-    scenarios: Sequence[str] = (),
-    *,
-    sets: Sequence[str] = (),
-    filters: Sequence[str] = (),
-    device: str | None = None,
-    output: str | None = None,
-    resume: str | None = None,
-    config: str | None = None,
-    stop_after_round: int | None = None,
-    rank_fn: RankFn = measure_on_rank,
-    console: Console | None = None,
-) -> int:
-    """Run the scenarios' cases and write their results; returns the exit code (see the module docstring).
-    The arguments are execute's."""
-    return execute(
-        scenarios,
-        sets=sets,
-        filters=filters,
-        device=device,
-        output=output,
-        resume=resume,
-        config=config,
-        stop_after_round=stop_after_round,
-        rank_fn=rank_fn,
-        console=console,
-    ).exit_code
+def _exit_code_of(fn: Callable[P, RunOutcome]) -> Callable[P, int]:
+    """`fn` (execute) returning the outcome's exit code."""
+
+    @functools.wraps(fn)
+    def exit_code(*args: P.args, **kwargs: P.kwargs) -> int:
+        return fn(*args, **kwargs).exit_code
+
+    return exit_code
 
 
 def execute(
@@ -221,32 +188,22 @@ def execute(
         rank_fn: what each rank runs (bench.measure.rank.measure_on_rank); a test hook to inject failures
         console: where progress and tables go (default: the terminal)
     """
-    console = console or default_console
     if output and resume:
         raise UserError(
             "--output and --resume given together; --resume FILE writes to FILE, so drop --output"
         )
     if stop_after_round is not None and stop_after_round < 1:
         raise UserError(f"--stop-after-round {stop_after_round}: must be >= 1 (the rounds each case gets)")
-    overrides = parse_overrides(sets, device)
-    suite = load_suite(config, overrides)
-    selections = select(suite, scenarios, overrides, parse_filters(filters))
-    require_cases(selections, filters)
-    cases: list[Case] = [c for s in selections for c in s.cases]
-    name = "+".join(s.scenario.name for s in selections)
-    platform = resolve_platform(run_device(suite.config.device, selections))
-    job = torchrun_env()
-    launcher = prepare_launch(platform, job, suite, selections, rank_fn)
-
-    leader = leads(job)
-    console = console_for(job, console)
+    choice = CaseChoice(scenarios, sets, filters, device, config)
+    session = Session.open(choice, console or default_console)
+    cases, name, leader, console = session.cases, session.name, session.leader, session.console
+    launcher = session.launcher(rank_fn)
     command: list[str] | None = None
     if resume and not leader:
         # a torchrun follower, on whichever node: the leader reads the file and shares its skips and seed
         previous, seed, writer = [], new_seed(), None
     elif resume:
-        env = run_environment(suite, selections, platform, job)
-        opened = _open_resumed(resume, selections, env, job)
+        opened = _open_resumed(resume, session.selections, session.environment(), session.job)
         previous = [c for c in opened.run.cases if c.status == "ok"]
         seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
         writer = opened  # the file keeps the command line of the run it began with
@@ -259,22 +216,10 @@ def execute(
         )
     else:
         previous, seed = [], new_seed()
-        command = command_argv(
-            NAME,
-            scenarios,
-            sets=sets,
-            filters=filters,
-            device=device,
-            config=config,
-            extra=["--output", output] if output else [],
-        )
-        writer = (
-            new_result_writer(output, name, suite, selections, platform, job, resumable=True, command=command)
-            if leader
-            else None
-        )
+        command = choice.argv(NAME, ["--output", output] if output else [])
+        writer = session.result_writer(output, name, resumable=True, command=command)
     # a torchrun follower keeps its record in memory: the leader writes the file
-    record = writer.run if writer is not None else new_run(name, suite, selections, platform, job, command)
+    record = writer.run if writer is not None else session.new_run(name, command)
     path = None if writer is None else writer.path
     record.session = record.session or os.environ.get(SESSION_ENV) or None
     if leader:
@@ -292,7 +237,7 @@ def execute(
         )
     except KeyboardInterrupt:
         if writer is not None:
-            again = resume_command(scenarios, sets, filters, device, config, display(writer.path))
+            again = resume_command(choice, display(writer.path))
             console.print(
                 f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
                 f"continue with `{escape(again)}`"
@@ -300,7 +245,7 @@ def execute(
         return RunOutcome(exit_code=130, run=record, path=path)
     except ResultWriteError as exc:
         assert writer is not None  # only a writer writes
-        again = resume_command(scenarios, sets, filters, device, config, display(writer.path))
+        again = resume_command(choice, display(writer.path))
         print_error(
             f"{exc.strerror}: the run stopped; {display(writer.path)} holds the {writer.saved} case "
             f"result{'' if writer.saved == 1 else 's'} saved before (the file is whole; the case that could "
@@ -312,7 +257,7 @@ def execute(
     else:
         console.print()
         show.render(writer.run, console)
-        where = f" (on {socket.gethostname()}, rank 0)" if job is not None else ""
+        where = f" (on {socket.gethostname()}, rank 0)" if session.job is not None else ""
         console.print(f"results: {escape(display(writer.path))}{where}")
     # A torchrun follower exits 0 once the job is done: the leader's code is the job's (a follower exiting 2
     # first would make torchrun stop the leader while it still prints).
@@ -320,20 +265,14 @@ def execute(
     return RunOutcome(exit_code=code, run=record, path=path)
 
 
-def resume_command(
-    scenarios: Sequence[str],
-    sets: Sequence[str],
-    filters: Sequence[str],
-    device: str | None,
-    config: str | None,
-    path: str,
-) -> str:
+run = _exit_code_of(execute)
+"""`execute` returning its exit code alone (what the CLI exits with): the same arguments, declared once."""
+
+
+def resume_command(choice: CaseChoice, path: str) -> str:
     """The `bench run` command line that continues this run in `path`: the same scenario words, --set,
     --filter, --device and --config (a resume checks that the scenarios are the same), quoted for a shell."""
-    argv = command_argv(
-        NAME, scenarios, sets=sets, filters=filters, device=device, config=config, extra=["--resume", path]
-    )
-    return shlex.join(argv)
+    return shlex.join(choice.argv(NAME, ["--resume", path]))
 
 
 def _run_with_progress(

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
-from bench.commands.session import command_argv, console_for, new_result_writer
+from bench.commands.session import CaseChoice, Session
 from bench.console import CaseProgress
 from bench.console import console as default_console
 from bench.errors import UserError, first_line
@@ -39,16 +39,12 @@ from bench.launch.launcher import (
     LocalLauncher,
     Outcome,
     TorchrunLauncher,
-    leads,
-    prepare_launch,
-    torchrun_env,
     warn_oversubscription,
 )
 from bench.results.store import ResultWriter, RunResult
 from bench.suite.config import Case, Scenario, TrainSettings
-from bench.suite.filters import parse_filters
-from bench.suite.loader import ConfigError, display, load_suite, parse_overrides
-from bench.suite.selection import Selection, require_cases, run_device, select
+from bench.suite.loader import ConfigError, display
+from bench.suite.selection import Selection
 from bench.verification import (
     LayerHook,
     LayerVerification,
@@ -59,7 +55,7 @@ from bench.verification import (
     train_on_rank,
     verification_tables,
 )
-from gdn_cp.distributed import DEFAULT_LAYOUT, resolve_platform
+from gdn_cp.distributed import DEFAULT_LAYOUT
 
 NAME = "verify"
 HELP = (
@@ -274,7 +270,6 @@ def run(
         layer_hook: TEST HOOK: a picklable function applied to every CP layer of the layer comparison
             (compare_layer_under_cp's layer_hook), to break a mode on purpose; never set by the CLI
     """
-    console = console or default_console
     if not scenarios:
         raise UserError("name the scenario to verify, e.g. `bench verify cpu-verify` (see `bench list`)")
     if seeds < 1:
@@ -284,13 +279,13 @@ def run(
             "--seeds applies to the layer comparison; --train runs one trajectory per case from the "
             "scenario's seed (change it with --set seed=N)"
         )
-    overrides = parse_overrides(sets, device)
-    suite = load_suite(config, overrides)
-    selections = [
-        dataclasses.replace(s, cases=verification_cases(s.cases))
-        for s in select(suite, scenarios, overrides, parse_filters(filters))
-    ]
-    require_cases(selections, filters)
+    choice = CaseChoice(scenarios, sets, filters, device, config)
+    session = Session.open(
+        choice,
+        console or default_console,
+        lambda found: [dataclasses.replace(s, cases=verification_cases(s.cases)) for s in found],
+    )
+    selections, console = session.selections, session.console
     names = [s.scenario.name for s in selections]
     steps_by_scenario: dict[str, int] = {}
     if train is not None:
@@ -302,23 +297,14 @@ def run(
         seed_lists = {s.scenario.name: [s.scenario.seed + i for i in range(seeds)] for s in selections}
         rank_fn = functools.partial(_layer_rank, seeds=seed_lists, layer_hook=layer_hook)
 
-    platform = resolve_platform(run_device(suite.config.device, selections))
-    job = torchrun_env()
-    launcher = prepare_launch(platform, job, suite, selections, rank_fn)
-    leader = leads(job)
-    console = console_for(job, console)
+    launcher = session.launcher(rank_fn)
     name = run_name(names, train=train is not None)
     extra = [*(["--seeds", str(seeds)] if seeds != 1 else []), *(["--output", output] if output else [])]
     if train is not None:
         extra[:0] = ["--train"] if train == TRAIN_FROM_SCENARIO else ["--train", str(train)]
-    command = command_argv(
-        NAME, scenarios, sets=sets, filters=filters, device=device, config=config, extra=extra
-    )
-    writer = (
-        new_result_writer(output, name, suite, selections, platform, job, command=command) if leader else None
-    )
+    writer = session.result_writer(output, name, command=choice.argv(NAME, extra))
     todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
-    if leader:
+    if session.leader:
         warn_oversubscription([c for _, c in todo], launcher)
     try:
         records = _verify_all(todo, launcher, writer, console, seeds=seeds, steps=steps_by_scenario or None)

@@ -98,7 +98,7 @@ def test_output_that_would_overwrite_is_refused_before_any_rank_starts(
     def no_launch(*args, **kwargs):
         raise AssertionError("ranks launched")
 
-    monkeypatch.setattr(profile_command, "prepare_launch", no_launch)
+    monkeypatch.setattr(profile_command.Session, "launcher", no_launch)
     (suite_dir / "trace.json").write_text("{}")
     (suite_dir / "old").mkdir()
     (suite_dir / "old" / "summary.json").write_text("{}")

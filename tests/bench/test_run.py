@@ -27,7 +27,6 @@ from bench.errors import UserError
 from bench.launch.estimate import estimate_peak_bytes
 from bench.results import store
 from bench.results.store import clean_rounds, load_result
-from bench.suite.filters import parse_filters
 
 pytestmark = pytest.mark.multirank
 
@@ -321,9 +320,6 @@ def test_an_existing_output_is_never_overwritten(suite_dir: Path, capsys):
 
 def test_default_result_names_never_collide(suite_dir: Path, monkeypatch):
     from bench.commands import session
-    from bench.suite.loader import load_suite
-    from bench.suite.selection import select
-    from gdn_cp.distributed import resolve_platform
 
     class Frozen(datetime.datetime):
         @classmethod
@@ -331,10 +327,8 @@ def test_default_result_names_never_collide(suite_dir: Path, monkeypatch):
             return cls(2026, 1, 2, 3, 4, 5)
 
     monkeypatch.setattr(session.datetime, "datetime", Frozen)  # two runs started in the same second
-    suite = load_suite()
-    selections = select(suite, ["tiny"], [], parse_filters([]))
-    args = ("tiny", suite, selections, resolve_platform("cpu"), None)
-    first, second = (session.new_result_writer(None, *args).path for _ in range(2))
+    opened = session.Session.open(session.CaseChoice(["tiny"], device="cpu"), Console(quiet=True))
+    first, second = (opened.result_writer(None, "tiny").path for _ in range(2))
     assert first != second and second.name == first.name.replace(".json", "-2.json")
     assert first.name.startswith("20260102-030405-") and first.is_file() and second.is_file()
 
