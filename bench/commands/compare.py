@@ -26,10 +26,12 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import json
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, get_args
 
 from rich.console import Console
 from rich.markup import escape
@@ -50,11 +52,12 @@ from bench.results.comparison import (
     JUDGED_VERDICTS,
     CaseComparison,
     Comparison,
+    Verdict,
     compare_runs,
 )
 from bench.results.paths import free_path, new_folder
 from bench.results.statistics import format_estimate
-from bench.results.store import RunResult, load_result, result_filename
+from bench.results.store import CaseResult, RunResult, load_result, result_filename
 from bench.results.tables import TableData, print_tables
 from bench.suite.filters import CaseFilter, parse_filters
 from bench.suite.loader import display, load_suite, parse_overrides
@@ -111,9 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format",
         dest="fmt",
-        choices=("table", "markdown"),
+        choices=FORMATS,
         default="table",
-        help="table (terminal) or markdown (a PR comment)",
+        help="table (terminal), markdown (a PR comment) or json (verdicts, ratios, intervals and the change "
+        "each case could detect, for CI bots and dashboards)",
     )
     parser.add_argument(
         "--fail-on-regression",
@@ -176,32 +180,6 @@ def side_paths(
                 "them (--filter narrows the files' cases), or give git refs to run"
             )
         return [s.path for s in sides if isinstance(s, FileSide)]
-    return _run_refs(
-        sides,
-        scenarios,
-        sets=sets,
-        filters=filters,
-        device=device,
-        config=config,
-        save_dir=save_dir,
-        console=console,
-        runner=runner,
-    )
-
-
-def _run_refs(
-    sides: Sequence[Side],
-    scenarios: Sequence[str],
-    *,
-    sets: Sequence[str],
-    filters: Sequence[str],
-    device: str | None,
-    config: str | None,
-    save_dir: str | None,
-    console: Console,
-    runner: interleave.Runner,
-) -> list[Path]:
-    """Run the selected cases on every ref side, alternating; the result file of each side, in order."""
     overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     file_run = next((load_result(s.path) for s in sides if isinstance(s, FileSide)), None)
@@ -311,11 +289,9 @@ def _ratio(c: CaseComparison) -> str:
 
 def _verdict(c: CaseComparison) -> str:
     text = c.verdict + (" (forced)" if c.forced else "")
-    if c.verdict == "too noisy":
-        if c.detectable is None:
-            rounds = min(c.rounds)
-            return f"{text} ({rounds} round{'s' * (rounds != 1)}: no interval)"
-        return f"{text} (detects x{c.detectable:.2f})"
+    if c.verdict == "too noisy" and c.detectable is None:
+        rounds = min(c.rounds)
+        return f"{text} ({rounds} round{'s' * (rounds != 1)}: no interval)"
     if c.verdict == "contended":
         return f"{text} ({sum(c.contended_rounds)} rounds shared)"
     return text
@@ -328,6 +304,11 @@ def _memory(c: CaseComparison) -> str:
     return f"{c.memory_delta_mib:+.1f} MiB" + ("" if pct is None else f" ({pct:+.1f}%)")
 
 
+def _detects(c: CaseComparison) -> str:
+    """`x1.13`: the smallest head/base this case's data could have called worse (its inverse better)."""
+    return "-" if c.detectable is None else f"x{c.detectable:.2f}"
+
+
 def _cells(c: CaseComparison, single: bool) -> list[str]:
     return [
         _case_name(c, single),
@@ -335,12 +316,14 @@ def _cells(c: CaseComparison, single: bool) -> list[str]:
         format_estimate(c.head.estimate),
         _ratio(c),
         _verdict(c),
+        _detects(c),
         _memory(c),
     ]
 
 
-COLUMNS = ["case", "base", "head", "head/base", "verdict", "mem delta"]
-ALIGN: list = ["left", "right", "right", "right", "left", "right"]
+COLUMNS = ["case", "base", "head", "head/base", "verdict", "detects", "mem delta"]
+ALIGN: list = ["left", "right", "right", "right", "left", "right", "right"]
+FORMATS = ("table", "markdown", "json")
 MAX_LISTED = 8
 """Cases named per reason in the not-compared notes; the rest are counted."""
 
@@ -384,8 +367,8 @@ def _rule(comparison: Comparison) -> str:
     return (
         f"head/base of the geometric means of the round medians, [{confidence} Welch interval]; "
         f"better/worse: the whole interval past x{comparison.factor:g} (or 1/{comparison.factor:g}); too "
-        f"noisy: the interval is wider than x{comparison.factor:g} (detects: the smallest head/base it could "
-        "call worse); "
+        f"noisy: the interval is wider than x{comparison.factor:g}; detects: the smallest head/base the "
+        "case's data could call worse (its inverse: better); "
         "ratio < 1: head faster"
     )
 
@@ -427,6 +410,55 @@ def render_markdown(comparison: Comparison, labels: tuple[str, str]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _side_json(result: CaseResult) -> dict[str, Any]:
+    est = result.estimate
+    return {
+        "estimate_s": None if est is None else est.median_s,
+        "low_s": None if est is None else est.low_s,
+        "high_s": None if est is None else est.high_s,
+        "rounds": len(result.rounds),
+        "contended_rounds": result.contended_rounds,
+        "peak_bytes": None if result.memory is None else result.memory.peak_bytes,
+    }
+
+
+def comparison_json(comparison: Comparison, labels: tuple[str, str]) -> dict[str, Any]:
+    """The comparison as data for CI bots and dashboards: both sides, the rule, and per case its verdict,
+    head/base with its interval, the smallest change it could have detected, and both sides' estimates."""
+    return {
+        "base": labels[0],
+        "head": labels[1],
+        "factor": comparison.factor,
+        "alpha": comparison.alpha,
+        "interleaved": comparison.interleaved,
+        "summary": comparison.summary(),
+        "counts": {v: comparison.count(v) for v in get_args(Verdict)},
+        "cases": [
+            {
+                "key": c.key,
+                "verdict": c.verdict,
+                "judged": c.verdict in JUDGED_VERDICTS,
+                "ratio": c.ratio,
+                "low": c.low,
+                "high": c.high,
+                "p_value": c.p_value,
+                "detectable": c.detectable,
+                "rounds": list(c.rounds),
+                "contended_rounds": list(c.contended_rounds),
+                "memory_delta_bytes": None
+                if c.base.memory is None or c.head.memory is None
+                else c.head.memory.peak_bytes - c.base.memory.peak_bytes,
+                "not_comparable": c.not_comparable,
+                "forced": c.forced,
+                "base": _side_json(c.base),
+                "head": _side_json(c.head),
+            }
+            for c in comparison.cases
+        ],
+        "not_compared": [dataclasses.asdict(n) for n in comparison.not_compared],
+    }
+
+
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -464,15 +496,17 @@ def run(
             narrows the cases of two result files
         factor, alpha: the verdict's thresholds (bench.results.comparison)
         force: compare cases that are not comparable, with a warning
-        fmt: "table" (rich) or "markdown" (printed as is, for a PR comment)
+        fmt: "table" (rich), "markdown" (printed as is, for a PR comment) or "json" (comparison_json)
         fail_on_regression: return 3 when a case is worse or failed on head only
         save_dir: with refs, the folder of both sides' result files
         runner: runs one case on one side (bench.launch.interleave.run_on_side); a test hook
     """
     console = console or default_console
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt}: unknown format; use one of {', '.join(FORMATS)}")
     check_thresholds(factor, alpha)
     sides = (resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd()))
-    # In markdown mode the progress goes to stderr, so that stdout is the comment alone.
+    # In markdown and json mode the progress goes to stderr, so that stdout is the comment (data) alone.
     progress_console = console if fmt == "table" else Console(stderr=True, highlight=False)
     try:
         paths = side_paths(
@@ -492,8 +526,12 @@ def run(
     base_run, head_run = (_narrow(load_result(p), case_filter) for p in paths)
     comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha, force=force)
     labels = (_side_label(sides[0], base_run), _side_label(sides[1], head_run))
-    if fmt == "markdown":
-        text = render_markdown(comparison, labels)
+    if fmt in ("markdown", "json"):
+        text = (
+            render_markdown(comparison, labels)
+            if fmt == "markdown"
+            else json.dumps(comparison_json(comparison, labels), indent=1) + "\n"
+        )
         if console is default_console:
             sys.stdout.write(text)
         else:

@@ -34,7 +34,6 @@ from bench.launch.schedule import Slot, new_seed, rounds_wanted, slots_left
 from bench.launch.sweep import run_rounds
 from bench.measure.rank import measure_on_rank
 from bench.results.env import Environment
-from bench.results.statistics import format_estimate
 from bench.results.store import SESSION_ENV, CaseResult, ResultWriteError, ResultWriter, RunResult
 from bench.results.tables import case_line
 from bench.suite.config import Case
@@ -298,9 +297,10 @@ def _run_with_progress(
             console.print(f"writing {escape(str(writer.path.resolve()))} on {socket.gethostname()} (rank 0)")
 
         def line(slot: Slot, result: CaseResult) -> str:
+            # the case's time so far is its estimate (case_line); this round's own median follows, named
             text = f"r{slot.round + 1}/{rounds_wanted(slot.case, stop_after)} " + case_line(result)
             if result.status == "ok" and len(result.rounds) > 1:
-                text += f"  [dim]est {escape(format_estimate(result.estimate))}[/]"
+                text += f"  [dim]this round {result.rounds[-1].median_s * 1e3:.3f} ms[/]"
             return text
 
         return run_rounds(

@@ -24,7 +24,9 @@ from bench.results.store import RunResult, load_result
 from bench.results.tables import (
     CASE_LINE_LEGEND,
     TableData,
+    contention_summary,
     documents_table,
+    mostly_contended,
     not_measured,
     print_tables,
     reference_table_data,
@@ -75,7 +77,9 @@ def header_lines(run: RunResult) -> list[str]:
 def notes(run: RunResult) -> list[str]:
     """The lines under the reference tables: what the numbers are."""
     meters = sorted({c.memory.meter for c in run.cases if c.memory is not None})
-    out = ["medians over repeats of the rank-max elapsed time"]
+    out = [
+        "a round's time: the median over repeats of the rank-max elapsed time; a case's: the estimate above"
+    ]
     if any(c.timing is not None and c.timing.noisy for c in run.cases):
         out.append("* noisy: IQR/median > 10%")
     if meters:
@@ -95,6 +99,9 @@ def render(run: RunResult, console: Console) -> None:
         "\n".join([f"[bold]{escape(run.name)}[/]{escape(first[len(run.name) :])}", *map(escape, rest)])
     )
     print_tables([reference_table_data(t, run) for t in reference_tables(run)], console)
+    shared = contention_summary(run)
+    if shared is not None:
+        console.print(f"[bold yellow]contended[/]: {escape(shared)}")
     for note in notes(run):
         console.print(note, style="dim")
     extra = [throughput_table(run), documents_table(run)]
@@ -129,8 +136,11 @@ def markdown(run: RunResult) -> str:
         ),
         *verification_tables(run.verifications),
     ]
-    blocks = [Paragraph(text=line) for line in header_lines(run)[1:]] + document_blocks(tables)
-    title = header_lines(run)[0]
+    shared = contention_summary(run)
+    blocks = [Paragraph(text=line) for line in header_lines(run)[1:]]
+    blocks += [Paragraph(text=f"**contended**: {shared}")] if shared else []
+    blocks += document_blocks(tables)
+    title = header_lines(run)[0] + (" (mostly contended)" if mostly_contended(run) else "")
     return render_markdown(title, [Section(title="results", blocks=blocks)], charts=None)
 
 

@@ -28,10 +28,12 @@ from bench.results.store import RunResult
 from bench.results.tables import (
     TIME_NOTE,
     TableData,
+    contention_summary,
     documents_table,
     format_mib,
     format_time,
     format_tokens,
+    mostly_contended,
     not_measured,
     reference_table_data,
     reference_tables,
@@ -95,7 +97,9 @@ def _contents(r: ReportRun) -> str:
     """What a file holds: its cases by status, or its checks by outcome."""
     if r.kind == "timing":
         counts = {s: sum(c.status == s for c in r.run.cases) for s in ("ok", "failed", "skipped")}
-        return f"{len(r.run.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        text = f"{len(r.run.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        shared = sum(c.contended for c in r.run.cases if c.status == "ok")
+        return text + (f" ({shared} of them CONTENDED)" if shared else "")
     if r.kind == "verify":
         records = r.run.verifications
         passed = sum(v.passed for v in records)
@@ -127,13 +131,17 @@ def overview(runs: Sequence[ReportRun]) -> Section:
             align=["right", "left", "left", "left", "left", "left", "left"],
         )
     ]
+    for r in _timing(runs):  # a banner per file timed on a shared machine: never presented as clean
+        shared = contention_summary(r.run)
+        if shared is not None:
+            blocks.insert(0, Paragraph(text=f"**Contended: #{r.number} {r.label}**: {shared}."))
     if _timing(runs):
         blocks.append(
             Paragraph(
-                text="Times are medians over repeats of the rank-max elapsed time (each repeat counts its "
-                "slowest rank; * marks a noisy case, IQR/median > 10%). Peak allocated is the rank-max peak "
-                "of one forward+backward pass ((fwd): of the forward pass where only forward ran), "
-                "parameters and input included.",
+                text=f"{TIME_NOTE}. A round's time is the median over repeats of the rank-max elapsed time "
+                "(each repeat counts its slowest rank). Peak allocated is the rank-max peak of one "
+                "forward+backward pass ((fwd), (prefill): of that pass where only it ran), parameters and "
+                "input included.",
                 small=True,
             )
         )
@@ -478,7 +486,8 @@ def report_title(runs: Sequence[ReportRun]) -> str:
     what = [_few(timed)] if timed else []
     what += [f"verify {_few(verified)}"] if verified else []
     commits = list(dict.fromkeys(source_label(r.run) for r in runs))
-    return f"gdn-cp-bench: {'; '.join(what) or 'no results'} ({_few(commits, 2)})"
+    shared = " - mostly CONTENDED" if any(mostly_contended(r.run) for r in _timing(runs)) else ""
+    return f"gdn-cp-bench: {'; '.join(what) or 'no results'} ({_few(commits, 2)}){shared}"
 
 
 def build_report(

@@ -11,10 +11,13 @@ Every row has the same columns (COLUMNS), whatever its file holds, so that rows 
   threads per rank (the case's own when it recorded them, else the configured ones);
 - the case's coordinates (CASE_COLUMNS): scenario, case_id, mode, checkpoint, cp, seq_len, local_seq_len,
   pass, dtype, batch, layout, documents (their tag: `docs64-lognormal`, or `none`) and the layer's dims;
-- its measurements (MEASURE_COLUMNS: status, first error line, median/min/max/IQR seconds, peak bytes,
-  model FLOPs, matmul GFLOP/s and achieved GFLOP/s per rank where the file has a throughput record, wall
-  time), a sample's (SAMPLE_COLUMNS) or a verify record's (VERIFY_COLUMNS: which check, passed, its
-  failures, the worst errors).
+- its measurements (MEASURE_COLUMNS: status, first error line; the case's time, `estimate_s` with its 95%
+  interval `low_s` / `high_s` over `rounds` rounds (what every table shows), how many rounds were timed on a
+  shared machine and whether all were (`contended`); the statistics of every repeat of every round pooled,
+  named as such (`repeats_median_s`, min, max, IQR); peak bytes, model FLOPs, matmul GFLOP/s and achieved
+  GFLOP/s per rank at the estimate where the file has a throughput record, wall time), a sample's
+  (SAMPLE_COLUMNS: its round, rank and repeat) or a verify record's (VERIFY_COLUMNS: which check, passed,
+  its failures, the worst errors).
 
 A column that does not apply to a row is None (an empty CSV cell, JSON null).
 """
@@ -41,14 +44,15 @@ RUN_COLUMNS = (
     *("device_type", "device_name", "torch_version", "threads_per_rank"),
 )
 CASE_COLUMNS = (
-    *("scenario", "case_id", "mode", "checkpoint", "cp", "seq_len", "local_seq_len", "pass", "dtype"),
-    *("batch", "layout", "documents", *MODEL_KEYS),
+    *("scenario", "case_id", "mode", "checkpoint", "overlap", "cp", "seq_len", "local_seq_len", "pass"),
+    *("dtype", "precision", "batch", "layout", "documents", *MODEL_KEYS),
 )
 MEASURE_COLUMNS = (
-    *("status", "error", "median_s", "min_s", "max_s", "iqr_s", "noisy", "repeats", "peak_bytes"),
-    *("model_flops", "matmul_gflops", "achieved_gflops_per_rank", "wall_s"),
+    *("status", "error", "estimate_s", "low_s", "high_s", "rounds", "contended_rounds", "contended"),
+    *("repeats_median_s", "repeats_min_s", "repeats_max_s", "repeats_iqr_s", "noisy", "repeats"),
+    *("peak_bytes", "model_flops", "matmul_gflops", "achieved_gflops_per_rank", "wall_s"),
 )
-SAMPLE_COLUMNS = ("rank", "repeat", "sample_s")
+SAMPLE_COLUMNS = ("round", "rank", "repeat", "sample_s")
 VERIFY_COLUMNS = (
     *("check", "passed", "failures", "seeds", "steps"),
     *("worst_rel_l2", "worst_grad_norm_rel", "worst_loss_rel"),
@@ -88,21 +92,33 @@ def _case_cells(case: Case) -> Row:
 
 
 def _measure_cells(result: CaseResult) -> Row:
-    t, m, tp = result.timing, result.memory, result.throughput
+    t, m, tp, est = result.timing, result.memory, result.throughput, result.estimate
     cells: Row = {
         "status": result.status,
         "error": first_line(result.error) or None,
         "peak_bytes": None if m is None else m.peak_bytes,
         "wall_s": result.wall_s,
     }
+    if result.status == "ok":
+        cells.update(
+            rounds=len(result.rounds), contended_rounds=result.contended_rounds, contended=result.contended
+        )
+    if est is not None:
+        cells.update(estimate_s=est.median_s, low_s=est.low_s, high_s=est.high_s)
     if t is not None:
         cells.update(
-            median_s=t.median_s, min_s=t.min_s, max_s=t.max_s, iqr_s=t.iqr_s, noisy=t.noisy, repeats=t.repeats
+            repeats_median_s=t.median_s,
+            repeats_min_s=t.min_s,
+            repeats_max_s=t.max_s,
+            repeats_iqr_s=t.iqr_s,
+            noisy=t.noisy,
+            repeats=t.repeats,
         )
     if tp is not None:
         cells.update(model_flops=tp.model_flops, matmul_gflops=tp.matmul_gflops)
-        if t is not None:
-            cells["achieved_gflops_per_rank"] = tp.achieved_gflops(t.median_s, result.case.cp)
+        time = est.median_s if est is not None else None if t is None else t.median_s
+        if time is not None:
+            cells["achieved_gflops_per_rank"] = tp.achieved_gflops(time, result.case.cp)
     if result.threads_per_rank is not None:
         cells["threads_per_rank"] = result.threads_per_rank
     return cells
@@ -152,9 +168,11 @@ def export_rows(run: RunResult, file: str = "", *, per_sample: bool = False) -> 
         if not per_sample or not result.samples_s:
             rows.append(_row("sample" if per_sample else "case", *parts))
             continue
-        for rank, samples in enumerate(result.samples_s):
-            for repeat, seconds in enumerate(samples):
-                rows.append(_row("sample", *parts, {"rank": rank, "repeat": repeat, "sample_s": seconds}))
+        for number, round_ in enumerate(result.rounds):
+            for rank, samples in enumerate(round_.samples_s):
+                for repeat, seconds in enumerate(samples):
+                    sample = {"round": number, "rank": rank, "repeat": repeat, "sample_s": seconds}
+                    rows.append(_row("sample", *parts, sample))
     for record in run.verifications:
         rows.append(_row("verify", ident, _case_cells(record.case), _verify_cells(record)))
     return rows

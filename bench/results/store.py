@@ -184,7 +184,8 @@ class CaseResult:
     throughput: ThroughputResult | None = None
     """Model FLOPs against the measured matmul limit (ok only; None in files written before it existed)."""
     contention: Contention | None = None
-    """The most shared of the rounds the estimate uses (ok only; None where unknown)."""
+    """The most shared of the rounds the estimate uses (ok only; None where unknown): contended only when
+    every round was (`contended`)."""
     wall_s: float = 0.0
     """Wall time of the case, all rounds together (a one-case launch: start-up included)."""
     finished_at: str = field(default_factory=now_iso)
@@ -192,6 +193,17 @@ class CaseResult:
     @property
     def key(self) -> str:
         return self.case.key()
+
+    @property
+    def contended(self) -> bool:
+        """Every round was timed while the machine was shared (its estimate then uses them all, and is not the
+        code's time alone): `contention`, the least shared of them, says so."""
+        return self.contention is not None and self.contention.contended
+
+    @property
+    def contended_rounds(self) -> int:
+        """Rounds timed while the machine was shared (the estimate leaves them out while any is clean)."""
+        return sum(r.contended for r in self.rounds)
 
     @property
     def estimate_medians(self) -> list[float]:

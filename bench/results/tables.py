@@ -123,21 +123,58 @@ def format_ms(summary: TimingSummary | None) -> str:
 
 TIME_NOTE = (
     "times: the estimate (geometric mean of the round medians) +- the half-width of its 95% interval across "
-    "rounds; one round: the median over repeats, * when noisy"
+    "rounds ([low, high] when wider than +-50%); one round: the median over repeats, * when noisy; "
+    "(contended): every round timed while the machine was shared"
 )
 """What `format_time`'s cells mean, printed under the tables that use it."""
 
 
+WIDE = 0.5
+"""An interval wider than +-50% is printed as its ends, [low, high]: a percentage that large reads as noise
+about a value it no longer locates."""
+CONTENDED_MARK = " (contended)"
+"""After the time of a case every round of which was timed on a shared machine: never presented as clean."""
+
+
 def format_time(result: CaseResult | None) -> str:
     """A case's time as the tables show it: its estimate with the half-width of its 95% interval across
-    rounds, `12.345 ms ±4.1%`; with one round the median over repeats (`format_ms`); `-` when not measured."""
+    rounds, `12.345 ms ±4.1%`, or `12.345 ms [6.102, 24.975]` when wider than WIDE; with one round the
+    median over repeats (`format_ms`); `-` when not measured; CONTENDED_MARK after it when contended."""
     if result is None:
         return "-"
+    mark = CONTENDED_MARK if result.contended else ""
     est = result.estimate
     width = None if est is None else est.relative_half_width
     if est is None or width is None:
-        return format_ms(result.timing)
-    return f"{est.median_s * 1e3:.3f} ms ±{100 * width:.1f}%"
+        return format_ms(result.timing) + mark
+    if width > WIDE:
+        assert est.low_s is not None and est.high_s is not None
+        return f"{est.median_s * 1e3:.3f} ms [{est.low_s * 1e3:.3f}, {est.high_s * 1e3:.3f}]{mark}"
+    return f"{est.median_s * 1e3:.3f} ms ±{100 * width:.1f}%{mark}"
+
+
+def contention_summary(run: RunResult) -> str | None:
+    """How much of the run was timed on a shared machine, in one line for every output that presents it
+    (bench show, bench run's summary, the report's banner), or None when no round was: `3 of 38 cases
+    contended (every round timed while the machine was shared: not the code's time alone); 12 of 190 rounds
+    in all`."""
+    ok = [c for c in run.cases if c.status == "ok"]
+    rounds = sum(len(c.rounds) for c in ok)
+    shared = sum(c.contended_rounds for c in ok)
+    if not shared:
+        return None
+    cases = sum(c.contended for c in ok)
+    return (
+        f"{cases} of {len(ok)} cases contended (every round timed while the machine was shared: not the "
+        f"code's time alone); {shared} of {rounds} rounds in all (a case's estimate leaves its contended "
+        "rounds out while it has others)"
+    )
+
+
+def mostly_contended(run: RunResult) -> bool:
+    """More than half of the run's ok cases are contended: a report or chart of it says so in its title."""
+    ok = [c for c in run.cases if c.status == "ok"]
+    return bool(ok) and 2 * sum(c.contended for c in ok) > len(ok)
 
 
 def format_mib(memory: MemoryResult | None) -> str:
@@ -172,15 +209,17 @@ CASE_LINE_LEGEND = (
 
 
 def case_line(result: CaseResult) -> str:
-    """One rich-markup status line of a finished case: status, id, median, IQR, peak, wall time."""
+    """One rich-markup status line of a finished case: status, id, its time (`format_time`: the estimate,
+    as every table shows it), IQR, peak, wall time, and whether the machine was shared."""
     case_id = escape(result.case.case_id)
     if result.status == "ok" and result.timing is not None:
         t = result.timing
         spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
         shared = result.contention.reason if result.contention is not None else None
         contended = f"  [bold yellow]contended[/] ({escape(shared)})" if shared else ""
+        time = escape(format_time(result).removesuffix(CONTENDED_MARK))  # `contended` follows, with why
         return (
-            f"[green]ok[/]      {case_id:<36} {format_ms(t):>14}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
+            f"[green]ok[/]      {case_id:<36} {time:>16}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
             f"peak {format_mib(result.memory)}{format_throughput(result)}  [dim]{result.wall_s:.1f} s[/]"
             f"{contended}"
         )

@@ -4,6 +4,7 @@ the round-by-round A/B runner, and one real comparison of two git refs in a temp
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -344,14 +345,29 @@ def test_table_and_markdown_output(files):
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     assert compare.run(str(files["base"]), str(files["slower"]), fmt="markdown", console=console) == 0
     md = console.export_text()
-    assert "| case | base | head | head/base | verdict | mem delta |" in md
-    assert "| :--- | ---: | ---: | ---: | :--- | ---: |" in md
+    assert "| case | base | head | head/base | verdict | detects | mem delta |" in md
+    assert "| :--- | ---: | ---: | ---: | :--- | ---: | ---: |" in md
     slower = load_result(files["slower"]).cases[1]
     row = next(line for line in md.splitlines() if line.startswith("| p2p-ckpt-cp2-T64-fwd"))
     assert f"{slower.estimate.median_s * 1e3:.3f} ms [" in row and "| worse |" in row
     assert "drift between the two runs is not controlled" in md
     assert "**0 better, 1 worse, 1 \\~, 0 not comparable**" in md
     assert "base `base.json (main@aaaaaaaa)` vs head `slower.json (main@aaaaaaaa)`" in md
+
+
+def test_json_output_for_ci_bots(files):
+    """Verdicts, ratios with intervals, the change each case could detect and both sides' estimates."""
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    assert compare.run(str(files["base"]), str(files["slower"]), fmt="json", console=console) == 0
+    data = json.loads(console.export_text())
+    assert data["counts"]["worse"] == 1 and data["counts"]["~"] == 1 and data["factor"] == 1.10
+    worse = next(c for c in data["cases"] if c["verdict"] == "worse")
+    slower = load_result(files["slower"]).get(worse["key"])
+    assert worse["judged"] and worse["low"] <= worse["ratio"] <= worse["high"] and worse["low"] >= 1.10
+    assert worse["detectable"] > 1 and worse["head"]["estimate_s"] == slower.estimate.median_s
+    assert worse["head"]["rounds"] == len(slower.rounds) and worse["base"]["contended_rounds"] == 0
+    with pytest.raises(UserError, match="--format yaml: unknown format; use one of table, markdown, json"):
+        compare.run(str(files["base"]), str(files["slower"]), fmt="yaml", console=console)
 
 
 # ----------------------------------------------------------------------------------------------------------

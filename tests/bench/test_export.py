@@ -33,13 +33,22 @@ def test_case_rows_carry_identity_coordinates_and_measurements():
     assert first["device_type"] == "cpu" and first["torch_version"] == run.environment.torch_version
     assert first["case_id"] == result.case.case_id and first["pass"] == result.case.pass_
     assert first["local_seq_len"] == result.case.local_seq_len and first["hidden_size"] == 32
-    assert first["median_s"] == result.timing.median_s and first["peak_bytes"] == result.memory.peak_bytes
+    # the time is the estimate, as every table shows it; the pooled statistics are named as such
+    assert first["estimate_s"] == result.estimate.median_s and first["low_s"] == result.estimate.low_s
+    assert first["rounds"] == len(result.rounds) and first["contended"] is result.contended
+    assert first["contended_rounds"] == result.contended_rounds
+    assert (
+        first["repeats_median_s"] == result.timing.median_s
+        and first["peak_bytes"] == result.memory.peak_bytes
+    )
+    assert first["overlap"] == result.case.overlap and first["precision"] == result.case.precision
     assert first["threads_per_rank"] == result.threads_per_rank
     (failed,) = [r for r in rows if r["status"] == "failed"]
-    assert failed["median_s"] is None and "MemoryError: injected" in failed["error"]
+    assert failed["estimate_s"] is None and failed["repeats_median_s"] is None and failed["rounds"] is None
+    assert "MemoryError: injected" in failed["error"]
 
 
-def test_per_sample_rows_are_one_per_rank_and_repeat():
+def test_per_sample_rows_are_one_per_round_rank_and_repeat():
     run = load_result(ABLATION)
     rows = export_rows(run, per_sample=True)
     ok = [c for c in run.cases if c.samples_s]
@@ -47,8 +56,11 @@ def test_per_sample_rows_are_one_per_rank_and_repeat():
     assert {r["record"] for r in rows} == {"sample"}
     result = ok[-1]
     last = [r for r in rows if r["case_id"] == result.case.case_id]
-    assert [(r["rank"], r["repeat"]) for r in last] == [
-        (rank, rep) for rank in range(result.case.cp) for rep in range(result.case.repeat)
+    assert [(r["round"], r["rank"], r["repeat"]) for r in last] == [
+        (number, rank, rep)
+        for number in range(len(result.rounds))
+        for rank in range(result.case.cp)
+        for rep in range(result.case.repeat)
     ]
     assert last[-1]["sample_s"] == result.samples_s[-1][-1]
 
@@ -61,7 +73,7 @@ def test_verify_records_are_rows_of_their_own():
     )
     train = export_rows(load_result(TRAIN_VERIFY))
     assert {r["check"] for r in train} == {"train"} and all(r["steps"] == 20 for r in train)
-    assert all(r["worst_loss_rel"] is not None and r["median_s"] is None for r in train)
+    assert all(r["worst_loss_rel"] is not None and r["estimate_s"] is None for r in train)
 
 
 def test_csv_and_jsonl_through_the_cli(capsys):
