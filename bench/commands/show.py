@@ -138,7 +138,7 @@ def markdown(run: RunResult) -> str:
     ]
     shared = contention_summary(run)
     blocks = [Paragraph(text=line) for line in header_lines(run)[1:]]
-    blocks += [Paragraph(text=f"**contended**: {shared}")] if shared else []
+    blocks += [Paragraph(text=f"CONTENDED: {shared}")] if shared else []
     blocks += document_blocks(tables)
     title = header_lines(run)[0] + (" (mostly contended)" if mostly_contended(run) else "")
     return render_markdown(title, [Section(title="results", blocks=blocks)], charts=None)

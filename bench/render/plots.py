@@ -160,6 +160,29 @@ def _figure(rows: int, cols: int) -> tuple[Figure, list[list]]:
     return fig, [list(r) for r in axes]
 
 
+CONTENDED_STYLE = {
+    "marker": "X",
+    "markersize": 9,
+    "linestyle": "none",
+    "color": "black",
+    "markerfacecolor": "none",
+    "zorder": 5,
+}
+"""A cross over every point timed only while the machine was shared (CaseResult.contended): a chart never
+shows such a point as clean."""
+
+
+def _mark_contended(ax, xs: Sequence[float], ys: Sequence[float], results: Sequence[CaseResult]) -> None:
+    """Cross the points whose case (or, for a ratio, either case) was contended."""
+    hits = [(x, y) for x, y, r in zip(xs, ys, results, strict=True) if r.contended]
+    if hits:
+        ax.plot([x for x, _ in hits], [y for _, y in hits], **CONTENDED_STYLE)
+
+
+def _scenario_cases(sources: Sequence[Source], scenario: str) -> list[CaseResult]:
+    return [c for s in sources for c in s.run.cases if c.case.scenario == scenario and c.status == "ok"]
+
+
 def _finish(
     fig: Figure,
     *,
@@ -170,9 +193,15 @@ def _finish(
     note: str,
     extra: Sequence[Line2D | Patch] = (),
     bars: bool = False,
+    timed: bool = True,
 ) -> None:
-    """Title (chart, scenario, device and commits), legend outside the panels, footer under them."""
-    fig.suptitle(f"{title} · {scenario}\n{_identity(sources)}", fontsize=11)
+    """Title (chart, scenario, device and commits; on a chart of times (`timed`), MOSTLY CONTENDED first when
+    more than half of the scenario's cases were timed on a shared machine), legend outside the panels,
+    footer under them. Bytes and peak memory do not depend on what else ran: their charts are not marked."""
+    cases = _scenario_cases(sources, scenario)
+    shared = sum(c.contended for c in cases) if timed else 0
+    warning = "MOSTLY CONTENDED: timed on a shared machine\n" if 2 * shared > len(cases) else ""
+    fig.suptitle(f"{warning}{title} · {scenario}\n{_identity(sources)}", fontsize=11)
     handles: list[Line2D | Patch] = []
     for v in variants:
         color = mode_style(v.mode)[0]
@@ -189,6 +218,10 @@ def _finish(
                 ls = SOURCE_LINES[i % len(SOURCE_LINES)]
                 handles.append(Line2D([], [], color="gray", linestyle=ls, label=s.label))
     handles += extra
+    if shared and not bars:
+        handles.append(
+            Line2D([], [], **{**CONTENDED_STYLE, "label": f"contended ({shared} of {len(cases)})"})
+        )
     checkpointed = [v.mode for v in variants if v.checkpoint]
     if checkpointed and not bars:
         note += f"; {', '.join(checkpointed)}: summary checkpoint on"
@@ -308,13 +341,15 @@ def _per_length(
                     points = analysis.series(s.run, scenario, v, pass_, cp=cp)
                     if points:
                         ys = [value(r) for _, r in points]
+                        xs = [n for n, _ in points]
                         ax.errorbar(
-                            [n for n, _ in points],
+                            xs,
                             [y for y, _, _ in ys],
                             yerr=[[lo for _, lo, _ in ys], [hi for _, _, hi in ys]],
                             capsize=2,
                             **_style(i, v.mode),
                         )
+                        _mark_contended(ax, xs, [y for y, _, _ in ys], [r for _, r in points])
             _token_axis(ax, _lengths_at(sources, scenario, cp))
             if log_y:
                 _log_values_axis(ax)
@@ -393,6 +428,9 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
                         capsize=2,
                         **_style(i, v.mode),
                     )
+                    _mark_contended(
+                        ax, [p.cp for p in points], [m for m, _, _ in ms], [p.result for p in points]
+                    )
                     # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
                     ax.axhline(ms[0][0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
             _cp_axis(ax, sorted(degrees) or [1])
@@ -439,6 +477,9 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
                         capsize=2,
                         **_style(i, v.mode),
                     )
+                    # a ratio is as contended as either of its two cases
+                    worse = [p.result if p.result.contended else p.base for p in points]
+                    _mark_contended(ax, [p.cp for p in points], ratios, worse)
             ordered = sorted(degrees)
             ax.plot(ordered, ordered, color="black", linestyle="--", linewidth=1)
             _cp_axis(ax, ordered)
@@ -515,6 +556,7 @@ def memory_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
         note="peak allocated: rank-max of one forward+backward pass (forward where only forward ran), "
         f"parameters and input included; meter {', '.join(meters)}; series are nudged sideways (a few % of "
         "the length) so that equal peaks stay visible",
+        timed=False,
     )
     return fig
 
@@ -564,6 +606,7 @@ def comm_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
         note="bytes sent + received by the busiest rank in one pass, from gdn_cp.distributed.comm_model "
         "(equal to the bytes counted on the wire: `bench profile` checks them); one line per mode, the "
         "summary checkpoint moves no other bytes; series nudged sideways a few % so that equal lines show",
+        timed=False,
     )
     return fig
 

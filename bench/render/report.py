@@ -134,7 +134,7 @@ def overview(runs: Sequence[ReportRun]) -> Section:
     for r in _timing(runs):  # a banner per file timed on a shared machine: never presented as clean
         shared = contention_summary(r.run)
         if shared is not None:
-            blocks.insert(0, Paragraph(text=f"**Contended: #{r.number} {r.label}**: {shared}."))
+            blocks.insert(0, Paragraph(text=f"CONTENDED, #{r.number} {r.label}: {shared}."))
     if _timing(runs):
         blocks.append(
             Paragraph(

@@ -138,8 +138,9 @@ CONTENDED_MARK = " (contended)"
 
 def format_time(result: CaseResult | None) -> str:
     """A case's time as the tables show it: its estimate with the half-width of its 95% interval across
-    rounds, `12.345 ms ±4.1%`, or `12.345 ms [6.102, 24.975]` when wider than WIDE; with one round the
-    median over repeats (`format_ms`); `-` when not measured; CONTENDED_MARK after it when contended."""
+    rounds, `12.345 ms ±4.1%`, or `12.345 ms [6.102, 24.98]` (4 significant digits) when wider than WIDE;
+    with one round the median over repeats (`format_ms`); `-` when not measured; CONTENDED_MARK after it
+    when contended."""
     if result is None:
         return "-"
     mark = CONTENDED_MARK if result.contended else ""
@@ -149,7 +150,7 @@ def format_time(result: CaseResult | None) -> str:
         return format_ms(result.timing) + mark
     if width > WIDE:
         assert est.low_s is not None and est.high_s is not None
-        return f"{est.median_s * 1e3:.3f} ms [{est.low_s * 1e3:.3f}, {est.high_s * 1e3:.3f}]{mark}"
+        return f"{est.median_s * 1e3:.3f} ms [{est.low_s * 1e3:.4g}, {est.high_s * 1e3:.4g}]{mark}"
     return f"{est.median_s * 1e3:.3f} ms ±{100 * width:.1f}%{mark}"
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 from test_compare import case, ok, run_of
 
+from bench.commands import show
 from bench.launch import sweep
 from bench.launch.launcher import Outcome
 from bench.measure.contention import (
@@ -26,9 +30,13 @@ from bench.measure.contention import (
     with_earlier,
 )
 from bench.measure.rank import RankResults
+from bench.render.document import render_markdown
+from bench.render.plots import sources_for, time_vs_seq
+from bench.render.report import build_report, report_runs
 from bench.results.comparison import compare_runs
+from bench.results.export import export_rows
 from bench.results.store import CaseResult
-from bench.results.tables import case_line
+from bench.results.tables import CONTENDED_MARK, case_line
 
 CPUS = 2
 
@@ -176,3 +184,35 @@ class _ShortCases:
             contention=shared,
         )
         return Outcome(status="ok", results=results, wall_s=0.01)
+
+
+def test_a_contended_run_is_marked_in_every_output() -> None:
+    """Two of three cases timed only on a shared machine: bench show (cells, summary line, markdown title),
+    the report (title, banner, contents), the export (columns) and the charts (crosses, title) all say so."""
+    run = run_of(
+        _contended(ok(case("p2p", 64), 100, seed=1), 0.5),
+        _contended(ok(case("p2p", 128), 180, seed=2), 0.5),
+        ok(case("ulysses", 64), 100, seed=3),
+    )
+    console = Console(width=250, record=True, file=io.StringIO())
+    show.render(run, console)
+    text = console.export_text()
+    assert "contended: 2 of 3 cases contended" in text and "6 of 9 rounds" in text
+    assert text.count(CONTENDED_MARK.strip()) >= 2 + 1  # two cells, and the summary line
+    assert show.markdown(run).splitlines()[0].endswith("(mostly contended)")
+
+    title, sections = build_report(report_runs([run], [Path("run.json")]))
+    assert title.endswith("mostly CONTENDED")
+    overview = render_markdown(title, sections[:1], charts=None)
+    assert "CONTENDED, #1 main@aaaaaaaa: 2 of 3 cases contended" in overview
+    assert "(2 of them CONTENDED)" in overview
+
+    rows = {r["case_id"]: r for r in export_rows(run)}
+    shared = rows["p2p-ckpt-cp2-T64-fwd"]
+    assert shared["contended"] is True and shared["contended_rounds"] == 3
+    assert rows["ulysses-cp2-T64-fwd"]["contended"] is False
+
+    figure = time_vs_seq(sources_for([run]), "synthetic")
+    assert figure.get_suptitle().startswith("MOSTLY CONTENDED")
+    crosses = [line for ax in figure.axes for line in ax.get_lines() if line.get_marker() == "X"]
+    assert sum(len(line.get_xdata()) for line in crosses) == 2
