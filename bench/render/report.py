@@ -21,9 +21,9 @@ from bench.render.document import Image, Paragraph, Section, Table, document_blo
 from bench.render.plots import Source, scenario_charts, sources_for
 from bench.results import analysis
 from bench.results.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
-from bench.results.comparison import compare_runs
+from bench.results.comparison import comparability, compare_runs
 from bench.results.gate import accuracy_table, gate, timing_table
-from bench.results.statistics import RatioInterval, format_ratio
+from bench.results.statistics import RatioInterval, format_ratio, ratio_interval
 from bench.results.store import RunResult
 from bench.results.tables import (
     TIME_NOTE,
@@ -181,7 +181,45 @@ def base_vs_head(runs: Sequence[ReportRun]) -> Section | None:
     return Section(title="Base vs head", blocks=blocks)
 
 
+def _side_by_side(runs: Sequence[ReportRun], scenario: str) -> Table:
+    """Every ok case of `scenario` in any of several runs: one row per case, a time column per run and the
+    ratio of each later run to the first (its 95% interval across rounds); `n/c` where the two are not
+    comparable (another machine, device, torch or scenario definition: bench.results.comparison)."""
+    first = runs[0]
+    keys = list(
+        dict.fromkeys(
+            c.key for r in runs for c in r.run.cases if c.case.scenario == scenario and c.status == "ok"
+        )
+    )
+    columns = ["case", *(f"#{r.number} {r.label}" for r in runs)]
+    columns += [f"#{r.number} / #{first.number}" for r in runs[1:]]
+    rows = []
+    for key in keys:
+        found = [r.run.get(key) for r in runs]
+        ok = [c if c is not None and c.status == "ok" else None for c in found]
+        cells = [key.split("/", 1)[1], *(format_time(c) for c in ok)]
+        base = ok[0]
+        for r, other in zip(runs[1:], ok[1:], strict=True):
+            if base is None or other is None:
+                cells.append("-")
+            elif comparability(first.run, base, r.run, other) is not None:
+                cells.append("n/c")
+            else:
+                cells.append(format_ratio(ratio_interval(base.estimate_medians, other.estimate_medians)))
+        rows.append(cells)
+    return Table(
+        columns=columns,
+        rows=rows,
+        title=f"{scenario}: every case side by side, ratios to #{first.number}",
+    )
+
+
 def _results_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
+    if len(runs) > 1:  # one table, a column per run (instead of one table per file, stacked)
+        return [
+            _side_by_side(runs, scenario),
+            Paragraph(text=f"{TIME_NOTE}; n/c: not comparable.", small=True),
+        ]
     tables = []
     for r in runs:
         found = [reference_table_data(t, r.run) for t in reference_tables(r.run) if t.scenario == scenario]

@@ -298,3 +298,22 @@ def test_scaling_points_and_times_carry_their_interval_across_rounds():
     assert format_ratio(point.interval).startswith("2.00x [")
     itself = analysis.ScalingPoint(cp=1, seq_len=128, result=base, base=base)  # the cp=1 point: exact
     assert (itself.interval.low, itself.interval.ratio, itself.interval.high) == (1.0, 1.0, 1.0)
+
+
+def test_several_runs_of_a_scenario_are_one_side_by_side_table():
+    """Three runs of one scenario: one table (a row per case, a time column per run, the ratio of each later
+    run to the first), not three stacked; a run from another machine gets `n/c`, never a ratio."""
+    paths = [FIXTURES / "ablation.json"] * 3
+    runs = [in_rounds(load_result(p)) for p in paths]
+    other = dataclasses.replace(runs[2].environment, hostname="elsewhere", cpu_model="Intel Xeon")
+    runs[2] = dataclasses.replace(runs[2], environment=other)
+    _, sections = report.build_report(report.report_runs(runs, paths))
+    scenario = next(s for s in sections if s.title == "Scenario tiny-ablation")
+    results = next(s for s in scenario.subsections if s.title == "Results")
+    (table,) = [b for b in results.blocks if isinstance(b, Table)]
+    assert table.columns[4:] == ["#2 / #1", "#3 / #1"] and len(table.columns) == 6
+    ok = [c for c in runs[0].cases if c.status == "ok"]
+    assert [row[0] for row in table.rows] == [c.case.case_id for c in ok]
+    for row, case in zip(table.rows, ok, strict=True):
+        assert row[1] == row[2] == format_time(case)  # the same file twice: the same times
+        assert row[4].startswith("1.00x") and row[5] == "n/c"
