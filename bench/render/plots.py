@@ -24,6 +24,7 @@ are rendered by the Agg canvas, so no display is needed.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,10 @@ def _scenario_cases(sources: Sequence[Source], scenario: str) -> list[CaseResult
     return [c for s in sources for c in s.run.cases if c.case.scenario == scenario and c.status == "ok"]
 
 
+FOOTER_CHARS_PER_INCH = 22
+"""Characters of the 6.5 pt footer per inch of figure width (DejaVu Sans: about 3.3 pt a character)."""
+
+
 def _finish(
     fig: Figure,
     *,
@@ -225,15 +230,31 @@ def _finish(
     checkpointed = [v.mode for v in variants if v.checkpoint]
     if checkpointed and not bars:
         note += f"; {', '.join(checkpointed)}: summary checkpoint on"
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
-    fig.text(0.0, 0.0, _footer(sources, scenario, note), fontsize=6.5, color="dimgray", va="top", ha="left")
+    # centred on the right: the title spans the figure, and an upper legend would sit under its end
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
+    # Wrapped to the figure's width: saved with a tight box, a longer line would widen the image with
+    # empty space beside the panels.
+    width = max(60, int(fig.get_figwidth() * FOOTER_CHARS_PER_INCH))
+    footer = "\n".join(
+        textwrap.fill(line, width, subsequent_indent="  ")
+        for line in _footer(sources, scenario, note).split("\n")
+    )
+    fig.text(0.0, 0.0, footer, fontsize=6.5, color="dimgray", va="top", ha="left")
 
 
-def _from_zero(axes: list[list]) -> None:
+BAR_CLIP = 1.6
+"""An interval reaching past this many times a row's largest point is cut at the panel's top: one wide
+interval (a case of few or noisy rounds) must not flatten every other point to the axis."""
+
+
+def _from_zero(axes: list[list], highest: Sequence[float] | None = None) -> None:
     """Linear y axes from 0, once every panel is drawn: a shared row autoscales to all of its data only
-    until a limit is set."""
-    for row in axes:
+    until a limit is set. `highest`: per row, its largest point (not bar): the top is then at most BAR_CLIP
+    times it."""
+    for r, row in enumerate(axes):
         row[0].set_ylim(bottom=0)
+        if highest is not None and highest[r] > 0:
+            row[0].set_ylim(top=min(row[0].get_ylim()[1], BAR_CLIP * highest[r]))
 
 
 def _token_axis(ax, values: Sequence[int]) -> None:
@@ -410,6 +431,7 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
         return "no weak-scaling sweep (local_seq_len) measured at cp=1 and a larger CP degree"
     passes = _passes(sources, scenario)
     fig, axes = _figure(len(passes), len(lengths))
+    highest = [0.0] * len(passes)
     for row, pass_ in enumerate(passes):
         for col, local in enumerate(lengths):
             ax = axes[row][col]
@@ -431,6 +453,7 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
                     _mark_contended(
                         ax, [p.cp for p in points], [m for m, _, _ in ms], [p.result for p in points]
                     )
+                    highest[row] = max(highest[row], *(m for m, _, _ in ms))
                     # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
                     ax.axhline(ms[0][0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
             _cp_axis(ax, sorted(degrees) or [1])
@@ -438,7 +461,7 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
             if col == 0:
                 ax.set_ylabel("time (ms)")
             ax.grid(True, alpha=0.3)
-    _from_zero(axes)
+    _from_zero(axes, highest)
     ideal = Line2D([], [], color="gray", linestyle=":", label="ideal: flat at t(cp=1)")
     _finish(
         fig,
@@ -446,7 +469,8 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
         scenario=scenario,
         sources=sources,
         variants=_all_variants(sources, scenario),
-        note=TIME_NOTE + "; the global sequence grows with the CP degree",
+        note=TIME_NOTE + f"; bars past {BAR_CLIP}x a row's largest point are cut at its top; the global "
+        "sequence grows with the CP degree",
         extra=[ideal],
     )
     return fig
@@ -458,6 +482,7 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
         return "no global sequence length measured at cp=1 and a larger CP degree"
     passes = _passes(sources, scenario)
     fig, axes = _figure(len(passes), len(lengths))
+    highest = [0.0] * len(passes)
     for row, pass_ in enumerate(passes):
         for col, seq_len in enumerate(lengths):
             ax = axes[row][col]
@@ -480,14 +505,16 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
                     # a ratio is as contended as either of its two cases
                     worse = [p.result if p.result.contended else p.base for p in points]
                     _mark_contended(ax, [p.cp for p in points], ratios, worse)
+                    highest[row] = max(highest[row], *ratios)
             ordered = sorted(degrees)
+            highest[row] = max(highest[row], *ordered)  # the ideal line stays in view
             ax.plot(ordered, ordered, color="black", linestyle="--", linewidth=1)
             _cp_axis(ax, ordered)
             ax.set_title(f"{PASS_LABELS[pass_]}, global {format_tokens(seq_len)}", fontsize=9)
             if col == 0:
                 ax.set_ylabel("speedup over cp=1")
             ax.grid(True, alpha=0.3)
-    _from_zero(axes)
+    _from_zero(axes, highest)
     ideal = Line2D([], [], color="black", linestyle="--", label="ideal: speedup = CP degree")
     _finish(
         fig,
@@ -496,7 +523,7 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
         sources=sources,
         variants=_all_variants(sources, scenario),
         note="speedup: t(cp=1) / t(cp) of the estimates; bars: its 95% interval across rounds (one round: "
-        "from the interquartile ranges)",
+        f"from the interquartile ranges), cut at the top past {BAR_CLIP}x a row's largest point",
         extra=[ideal],
     )
     return fig
@@ -611,11 +638,29 @@ def comm_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
     return fig
 
 
+MEMORY_RESOLUTION_MIB = 0.5
+"""Memory saved below this is not drawn: one peak is read per case, so a delta has no interval, and peaks of
+one case differ by about 0.2 MiB between runs here (the allocator's and the CPU meter's own spread)."""
+
+
+def _no_effect(ax, text: str) -> None:
+    """A panel that says why it has no bars (every effect within noise) instead of drawing noise."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9, color="dimgray")
+    ax.set_yticks([])
+
+
 def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.Switch) -> Figure | str:
-    """Time cost (%) and memory saved (MiB) of `switch` on against off, per point, mode and source."""
+    """Time cost (%) and memory saved (MiB) of `switch` on against off, per point, mode and source; a panel
+    whose every effect is within noise (each time interval holds 0; each memory delta below
+    MEMORY_RESOLUTION_MIB) says so instead of drawing bars."""
     rows = {s.label: [r for r in analysis.ablation(s.run, switch) if r.scenario == scenario] for s in sources}
     if not any(rows.values()):
         return f"no {'/'.join(switch.modes)} case ran with {switch.on_label} both on and off"
+    every = [r for rs in rows.values() for r in rs]
+    time_noise = all(r.within_noise for r in every)
+    memory_noise = all(
+        r.memory_saved_mib is None or abs(r.memory_saved_mib) < MEMORY_RESOLUTION_MIB for r in every
+    )
     points = sorted({(r.cp, r.seq_len) for rs in rows.values() for r in rs})
     modes = [m for m in switch.modes if any(r.mode == m for rs in rows.values() for r in rs)]
     passes = {r.pass_ for rs in rows.values() for r in rs}
@@ -639,16 +684,19 @@ def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.S
         }
         costs = [r.time_cost_pct for r in found]
         spreads = [r.time_cost_range_pct for r in found]
-        ax_time.bar(
-            xs,
-            costs,
-            yerr=_spread(costs, spreads),
-            capsize=2,
-            error_kw={"linewidth": 0.8},
-            **style,
-        )
+        if not time_noise:
+            ax_time.bar(
+                xs,
+                costs,
+                yerr=_spread(costs, spreads),
+                capsize=2,
+                error_kw={"linewidth": 0.8},
+                **style,
+            )
         saved = [
-            (x, r.memory_saved_mib) for x, r in zip(xs, found, strict=True) if r.memory_saved_mib is not None
+            (x, r.memory_saved_mib)
+            for x, r in zip(xs, found, strict=True)
+            if r.memory_saved_mib is not None and abs(r.memory_saved_mib) >= MEMORY_RESOLUTION_MIB
         ]
         ax_mem.bar([x for x, _ in saved], [m for _, m in saved], **style)
     labels = [f"CP{cp}\n{format_tokens(n)}" for cp, n in points]
@@ -669,6 +717,10 @@ def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.S
         ax.set_ylabel(unit)
         ax.grid(True, axis="y", alpha=0.3)
     ax_mem.set_xlabel("CP degree, global sequence length")
+    if time_noise:
+        _no_effect(ax_time, f"no time cost told from noise: every 95% interval of {len(every)} holds 0")
+    if memory_noise:
+        _no_effect(ax_mem, f"no memory saved above the meter's resolution ({MEMORY_RESOLUTION_MIB} MiB)")
     _finish(
         fig,
         title=switch.title,
@@ -677,7 +729,8 @@ def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.S
         variants=[Variant(m, True) for m in modes],
         note=f"time cost: t({switch.on_label} on) / t(off) - 1, the ratio of the round medians (bars: its "
         "95% interval across rounds, or the IQRs with one round; a bar across 0 is within noise); memory "
-        "saved: peak allocated off - on",
+        f"saved: peak allocated off - on, drawn from {MEMORY_RESOLUTION_MIB} MiB (one reading a case: no "
+        "interval)",
         bars=True,
     )
     return fig
