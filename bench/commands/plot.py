@@ -1,10 +1,12 @@
-"""`bench plot RESULT ... [--out DIR]`: the scaling charts of result files, as PNG and SVG
+"""`bench plot RESULT ... [--out DIR] [--force]`: the scaling charts of result files, as PNG and SVG
 (bench.render.plots).
 
-Several files overlay as series (e.g. two branches). File names are stable (time_vs_seq.png, ...), so a
-README can embed them; a chart the results cannot support is skipped with a one-line note. Without --out
-the charts go to a new folder, <results_dir>/plots-<date>-<time>/ (-2, -3, ... when taken), never into
-an existing one: the committed charts (plots/) are written only when named, `--out plots`.
+Several files overlay as series (e.g. two branches), those of one machine only: runs of different machines
+never share an axis (each machine gets its own charts, `-machine2`, ...) unless --force. File names are
+stable (time_vs_seq.png, ...), so a README can embed them; a chart the results cannot support is skipped
+with a one-line note. Without --out the charts go to a new folder, <results_dir>/plots-<date>-<time>/ (-2,
+-3, ... when taken), never into an existing one: the committed charts (plots/) are written only when named,
+`--out plots`.
 """
 
 from __future__ import annotations
@@ -39,11 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder for the charts, written over when they exist (e.g. --out plots for the committed "
         "charts; default: a new folder results/plots-<date>-<time>/)",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overlay runs of different machines on one axis (by default each machine gets its own charts)",
+    )
     common_args.add_config(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    return run(args.results, out=args.out, config=args.config)
+    return run(args.results, out=args.out, config=args.config, force=args.force)
 
 
 def check_out_folder(out: str, flag: str = "--out") -> None:
@@ -63,9 +70,11 @@ def run(
     *,
     out: str | None = None,
     config: str | None = None,
+    force: bool = False,
     console: Console | None = None,
 ) -> int:
-    """Write every chart the results support into `out`; returns 0 (UserError when none can be drawn)."""
+    """Write every chart the results support into `out`; returns 0 (UserError when none can be drawn).
+    Runs of different machines get charts of their own unless `force` overlays them."""
     # Imported here: matplotlib takes a while to load, and only plot and report need it.
     from bench.render.plots import build_charts, sources_for
 
@@ -76,7 +85,7 @@ def run(
     runs = [load_result(p) for p in results]
     if not any(c.status == "ok" for r in runs for c in r.cases):
         raise UserError(f"{', '.join(results)}: no case is ok, nothing to plot; see `bench show` for why")
-    charts, notes = build_charts(sources_for(runs))
+    charts, notes = build_charts(sources_for(runs), force=force)
     if charts:  # a new folder only when there is something to put in it
         folder = Path(out) if suite is None else new_charts_folder(suite)
     for chart in charts:

@@ -766,30 +766,53 @@ TITLES = {
 }
 
 
+def machine_of(run: RunResult) -> str:
+    """The machine a run was timed on, as charts tell runs apart: host, CPU, device."""
+    e = run.environment
+    return f"{e.hostname} ({e.cpu_model}, {e.device_type} {e.device_name})"
+
+
+def by_machine(sources: Sequence[Source]) -> list[list[Source]]:
+    """The sources grouped by machine, in order of first appearance."""
+    groups: dict[str, list[Source]] = {}
+    for s in sources:
+        groups.setdefault(machine_of(s.run), []).append(s)
+    return list(groups.values())
+
+
 def scenario_charts(
-    sources: Sequence[Source], scenario: str, *, prefixed: bool = False
+    sources: Sequence[Source], scenario: str, *, prefixed: bool = False, force: bool = False
 ) -> tuple[list[Chart], list[str]]:
     """Every chart of one scenario, drawn from the sources that measured it (others would only crowd the
     legend), and one note per chart skipped. `prefixed`: names start with `<scenario>-` (several
-    scenarios share a folder)."""
+    scenarios share a folder). Runs of different machines never share an axis: each machine gets its own
+    charts (named `-machine2`, ... after the first machine's), unless `force` overlays them."""
     present = [s for s in sources if scenario in analysis.scenario_names(s.run)]
+    groups = [present] if force else by_machine(present)
     prefix = f"{scenario}-" if prefixed else ""
     charts, notes = [], []
-    for name, build in BUILDERS.items():
-        figure = build(present, scenario)
-        if isinstance(figure, str):
-            notes.append(f"{prefix}{name}: skipped, {figure} in {scenario}")
-        else:
-            charts.append(Chart(name=prefix + name, title=f"{TITLES[name]} ({scenario})", figure=figure))
+    if len(groups) > 1:
+        machines = "; ".join(f"{machine_of(g[0].run)}: {', '.join(s.label for s in g)}" for g in groups)
+        notes.append(f"{scenario}: charts drawn per machine ({machines}); --force overlays them")
+    for k, group in enumerate(groups):
+        suffix = f"-machine{k + 1}" if k else ""
+        for name, build in BUILDERS.items():
+            figure = build(group, scenario)
+            if isinstance(figure, str):
+                notes.append(f"{prefix}{name}{suffix}: skipped, {figure} in {scenario}")
+            else:
+                title = f"{TITLES[name]} ({scenario}{', ' + machine_of(group[0].run) if suffix else ''})"
+                charts.append(Chart(name=prefix + name + suffix, title=title, figure=figure))
     return charts, notes
 
 
-def build_charts(sources: Sequence[Source]) -> tuple[list[Chart], list[str]]:
-    """Every chart the sources support, per scenario, and one note per chart skipped (`name: reason`)."""
+def build_charts(sources: Sequence[Source], *, force: bool = False) -> tuple[list[Chart], list[str]]:
+    """Every chart the sources support, per scenario (and machine, unless `force`), and one note per chart
+    skipped (`name: reason`)."""
     scenarios = list(dict.fromkeys(n for s in sources for n in analysis.scenario_names(s.run)))
     charts, notes = [], []
     for scenario in scenarios:
-        built, skipped = scenario_charts(sources, scenario, prefixed=len(scenarios) > 1)
+        built, skipped = scenario_charts(sources, scenario, prefixed=len(scenarios) > 1, force=force)
         charts += built
         notes += skipped
     return charts, notes

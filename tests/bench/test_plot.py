@@ -227,3 +227,23 @@ def test_every_registered_mode_has_a_style_of_its_own():
     styles = [plots.mode_style(m) for m in MODES]
     assert len(plots.MODE_STYLES) == len(MODES) and len(set(styles)) == len(MODES)
     assert plots.mode_style("ring") == plots.UNKNOWN_MODE_STYLE
+
+
+def test_runs_of_different_machines_never_share_an_axis():
+    """Two runs, one from another machine: each machine gets its charts (the second's named -machine2), one
+    note says so; --force overlays them on one axis."""
+    run = load_result(FIXTURES / "scaling.json")
+    other = dataclasses.replace(run, environment=dataclasses.replace(run.environment, hostname="elsewhere"))
+    charts, notes = build_charts(sources_for([run, other]))
+    names = [c.name for c in charts]
+    assert "strong_scaling" in names and "strong_scaling-machine2" in names
+    assert any("charts drawn per machine" in n and "elsewhere" in n for n in notes)
+    assert len(charts) == 2 * len(build_charts(sources_for([run]))[0])
+
+    def source_entries(chart) -> list[str]:  # a legend names the sources only when it overlays several
+        return [t.get_text() for t in chart.figure.legends[0].get_texts() if "main@" in t.get_text()]
+
+    assert source_entries(next(c for c in charts if c.name == "strong_scaling")) == []
+    forced, _ = build_charts(sources_for([run, other]), force=True)
+    assert not any(c.name.endswith("-machine2") for c in forced)
+    assert len(source_entries(next(c for c in forced if c.name == "strong_scaling"))) == 2
