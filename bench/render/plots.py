@@ -346,19 +346,26 @@ def _per_length(
     note: str,
     log_y: bool = True,
 ) -> Figure | str:
-    """A value of every case vs global sequence length per mode: rows = passes, one panel per CP degree,
-    log length axis (and log values, unless `log_y` is False: then linear from 0); `value` gives (y,
-    distance down, distance up) of a case's bar."""
+    """A value of every case vs global sequence length, log length axis (and log values, unless `log_y` is
+    False: then linear from 0); `value` gives (y, distance down, distance up) of a case's bar. One file: rows
+    = passes, a panel per CP degree, a series per mode. Several files: small multiples, a row per pass and CP
+    degree and a panel per mode, whose series are the files (so no panel holds modes x files series)."""
     degrees = _union(sources, lambda r: analysis.cps(r, scenario))
     if max((len(_lengths_at(sources, scenario, cp)) for cp in degrees), default=0) < 2:
         return "needs at least two global sequence lengths at one CP degree"
     passes = _passes(sources, scenario)
-    fig, axes = _figure(len(passes), len(degrees))
-    for row, pass_ in enumerate(passes):
-        for col, cp in enumerate(degrees):
+    variants = _all_variants(sources, scenario)
+    # (pass, cp, the variants of the panel) per panel, by row
+    if len(sources) == 1:
+        grid = [[(pass_, cp, variants) for cp in degrees] for pass_ in passes]
+    else:
+        grid = [[(pass_, cp, [v]) for v in variants] for pass_ in passes for cp in degrees]
+    fig, axes = _figure(len(grid), len(grid[0]))
+    for row, panels in enumerate(grid):
+        for col, (pass_, cp, shown) in enumerate(panels):
             ax = axes[row][col]
             for i, s in enumerate(sources):
-                for v in analysis.variants(s.run, scenario):
+                for v in shown:
                     points = analysis.series(s.run, scenario, v, pass_, cp=cp)
                     if points:
                         ys = [value(r) for _, r in points]
@@ -374,21 +381,15 @@ def _per_length(
             _token_axis(ax, _lengths_at(sources, scenario, cp))
             if log_y:
                 _log_values_axis(ax)
-            ax.set_title(f"{PASS_LABELS[pass_]}, CP{cp}", fontsize=9)
+            mode = f"{shown[0].label}, " if len(sources) > 1 else ""
+            ax.set_title(f"{mode}{PASS_LABELS[pass_]}, CP{cp}", fontsize=9)
             ax.set_xlabel("global sequence length (tokens)")
             if col == 0:
                 ax.set_ylabel(ylabel)
             ax.grid(True, which="major", alpha=0.3)
     if not log_y:
         _from_zero(axes)
-    _finish(
-        fig,
-        title=title,
-        scenario=scenario,
-        sources=sources,
-        variants=_all_variants(sources, scenario),
-        note=note,
-    )
+    _finish(fig, title=title, scenario=scenario, sources=sources, variants=variants, note=note)
     return fig
 
 

@@ -247,3 +247,19 @@ def test_runs_of_different_machines_never_share_an_axis():
     forced, _ = build_charts(sources_for([run, other]), force=True)
     assert not any(c.name.endswith("-machine2") for c in forced)
     assert len(source_entries(next(c for c in forced if c.name == "strong_scaling"))) == 2
+
+
+def test_overlays_are_small_multiples_a_panel_per_mode():
+    """Two files: time vs length is a row per pass and CP degree and a panel per mode, each panel holding
+    one mode's series of both files (never modes x files series on one axis)."""
+    run = load_result(FIXTURES / "scaling.json")
+    other = dataclasses.replace(run, environment=dataclasses.replace(run.environment, git_commit="b" * 40))
+    figure = plots.time_vs_seq(sources_for([run, other]), "tiny-scaling")
+    variants = analysis.variants(run, "tiny-scaling")
+    rows = len(analysis.passes(run, "tiny-scaling")) * len(analysis.cps(run, "tiny-scaling"))
+    assert len(figure.axes) == rows * len(variants)
+    for ax in figure.axes:
+        mode = ax.get_title().split(",")[0]
+        assert mode in {v.label for v in variants}
+        series = [line for line in ax.get_lines() if line.get_linestyle() not in ("None", "")]  # not caps
+        assert len(series) == 2  # one series a file
