@@ -336,6 +336,24 @@ TIME_NOTE = (
 # The charts: each returns a Figure, or the reason the results cannot support it.
 
 
+def _grid(
+    sources: Sequence[Source], scenario: str, keys: Sequence[int]
+) -> list[list[tuple[str, int, list[Variant]]]]:
+    """The panels of a chart, by row: (pass, key, the variants drawn in it), `keys` the CP degrees or lengths
+    a panel is for. One file: a row per pass, a panel per key, every variant in each. Several files: small
+    multiples, a row per pass and key, a panel per variant whose series are the files (no axis holds
+    variants x files series)."""
+    passes, variants = _passes(sources, scenario), _all_variants(sources, scenario)
+    if len(sources) == 1:
+        return [[(pass_, key, variants) for key in keys] for pass_ in passes]
+    return [[(pass_, key, [v]) for v in variants] for pass_ in passes for key in keys]
+
+
+def _panel_title(sources: Sequence[Source], shown: Sequence[Variant], text: str) -> str:
+    """A panel's title: `text`, after its variant's label in small multiples."""
+    return f"{shown[0].label}, {text}" if len(sources) > 1 else text
+
+
 def _per_length(
     sources: Sequence[Source],
     scenario: str,
@@ -353,13 +371,7 @@ def _per_length(
     degrees = _union(sources, lambda r: analysis.cps(r, scenario))
     if max((len(_lengths_at(sources, scenario, cp)) for cp in degrees), default=0) < 2:
         return "needs at least two global sequence lengths at one CP degree"
-    passes = _passes(sources, scenario)
-    variants = _all_variants(sources, scenario)
-    # (pass, cp, the variants of the panel) per panel, by row
-    if len(sources) == 1:
-        grid = [[(pass_, cp, variants) for cp in degrees] for pass_ in passes]
-    else:
-        grid = [[(pass_, cp, [v]) for v in variants] for pass_ in passes for cp in degrees]
+    grid = _grid(sources, scenario, degrees)
     fig, axes = _figure(len(grid), len(grid[0]))
     for row, panels in enumerate(grid):
         for col, (pass_, cp, shown) in enumerate(panels):
@@ -381,15 +393,21 @@ def _per_length(
             _token_axis(ax, _lengths_at(sources, scenario, cp))
             if log_y:
                 _log_values_axis(ax)
-            mode = f"{shown[0].label}, " if len(sources) > 1 else ""
-            ax.set_title(f"{mode}{PASS_LABELS[pass_]}, CP{cp}", fontsize=9)
+            ax.set_title(_panel_title(sources, shown, f"{PASS_LABELS[pass_]}, CP{cp}"), fontsize=9)
             ax.set_xlabel("global sequence length (tokens)")
             if col == 0:
                 ax.set_ylabel(ylabel)
             ax.grid(True, which="major", alpha=0.3)
     if not log_y:
         _from_zero(axes)
-    _finish(fig, title=title, scenario=scenario, sources=sources, variants=variants, note=note)
+    _finish(
+        fig,
+        title=title,
+        scenario=scenario,
+        sources=sources,
+        variants=_all_variants(sources, scenario),
+        note=note,
+    )
     return fig
 
 
@@ -430,15 +448,15 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
     lengths = _union(sources, lambda r: analysis.weak_lengths(r, scenario))
     if not lengths:
         return "no weak-scaling sweep (local_seq_len) measured at cp=1 and a larger CP degree"
-    passes = _passes(sources, scenario)
-    fig, axes = _figure(len(passes), len(lengths))
-    highest = [0.0] * len(passes)
-    for row, pass_ in enumerate(passes):
-        for col, local in enumerate(lengths):
+    grid = _grid(sources, scenario, lengths)
+    fig, axes = _figure(len(grid), len(grid[0]))
+    highest = [0.0] * len(grid)
+    for row, panels in enumerate(grid):
+        for col, (pass_, local, shown) in enumerate(panels):
             ax = axes[row][col]
             degrees: set[int] = set()
             for i, s in enumerate(sources):
-                for v in analysis.variants(s.run, scenario):
+                for v in shown:
                     points = analysis.weak_scaling(s.run, scenario, v, pass_, local_seq_len=local)
                     if not points:
                         continue
@@ -458,7 +476,8 @@ def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
                     # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
                     ax.axhline(ms[0][0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
             _cp_axis(ax, sorted(degrees) or [1])
-            ax.set_title(f"{PASS_LABELS[pass_]}, {format_tokens(local)} tokens per rank", fontsize=9)
+            text = f"{PASS_LABELS[pass_]}, {format_tokens(local)} tokens per rank"
+            ax.set_title(_panel_title(sources, shown, text), fontsize=9)
             if col == 0:
                 ax.set_ylabel("time (ms)")
             ax.grid(True, alpha=0.3)
@@ -481,15 +500,15 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
     lengths = _union(sources, lambda r: analysis.strong_lengths(r, scenario))
     if not lengths:
         return "no global sequence length measured at cp=1 and a larger CP degree"
-    passes = _passes(sources, scenario)
-    fig, axes = _figure(len(passes), len(lengths))
-    highest = [0.0] * len(passes)
-    for row, pass_ in enumerate(passes):
-        for col, seq_len in enumerate(lengths):
+    grid = _grid(sources, scenario, lengths)
+    fig, axes = _figure(len(grid), len(grid[0]))
+    highest = [0.0] * len(grid)
+    for row, panels in enumerate(grid):
+        for col, (pass_, seq_len, shown) in enumerate(panels):
             ax = axes[row][col]
             degrees: set[int] = {1}
             for i, s in enumerate(sources):
-                for v in analysis.variants(s.run, scenario):
+                for v in shown:
                     points = analysis.strong_scaling(s.run, scenario, v, pass_, seq_len=seq_len)
                     if not points:
                         continue
@@ -511,7 +530,8 @@ def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
             highest[row] = max(highest[row], *ordered)  # the ideal line stays in view
             ax.plot(ordered, ordered, color="black", linestyle="--", linewidth=1)
             _cp_axis(ax, ordered)
-            ax.set_title(f"{PASS_LABELS[pass_]}, global {format_tokens(seq_len)}", fontsize=9)
+            text = f"{PASS_LABELS[pass_]}, global {format_tokens(seq_len)}"
+            ax.set_title(_panel_title(sources, shown, text), fontsize=9)
             if col == 0:
                 ax.set_ylabel("speedup over cp=1")
             ax.grid(True, alpha=0.3)
