@@ -27,11 +27,13 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import re
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 from rich.console import Console
 from rich.markup import escape
@@ -54,6 +56,8 @@ from bench.results.comparison import (
     Comparison,
     Verdict,
     compare_runs,
+    look_rounds,
+    sequential_alpha,
 )
 from bench.results.paths import free_path, new_folder
 from bench.results.statistics import format_estimate
@@ -120,6 +124,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "each case could detect, for CI bots and dashboards)",
     )
     parser.add_argument(
+        "--budget",
+        type=parse_budget,
+        metavar="DURATION",
+        help="with two git refs: after the planned rounds, keep adding rounds to the cases not yet decided "
+        "until each is called or DURATION (90s, 10m, 1h) is spent; verdicts by alpha spending, the "
+        "false-verdict rate still at most --alpha",
+    )
+    parser.add_argument(
         "--fail-on-regression",
         action="store_true",
         help=f"exit {EXIT_REGRESSION} when any case is worse, or ok on base but failed on head (CI gates)",
@@ -144,6 +156,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         force=args.force,
         fmt=args.fmt,
+        budget_s=args.budget,
         fail_on_regression=args.fail_on_regression,
         save_dir=args.save_dir,
     )
@@ -157,6 +170,27 @@ def _narrow(run: RunResult, case_filter: CaseFilter) -> RunResult:
     return dataclasses.replace(run, cases=[c for c in run.cases if case_filter.matches(c.case)])
 
 
+ADAPTIVE_MAX_ROUNDS = 30
+"""The most rounds `--budget` gives a case (its scenario's rounds are raised to this, so that a side's file
+can be resumed round after round); the budget usually ends sooner."""
+
+
+class SidePaths(NamedTuple):
+    """Both sides' result files, and with --budget the alpha every look judged at (`sequential_alpha`):
+    the verdicts are those at that alpha (a case decided at a look got no rounds after it)."""
+
+    paths: list[Path]
+    alpha: float | None = None
+
+
+def parse_budget(text: str) -> float:
+    """`--budget 10m` -> 600.0 seconds (s, m or h; a bare number is seconds); ArgumentTypeError otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if match is None or float(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive duration, e.g. 90s, 10m or 1h")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
 def side_paths(
     sides: Sequence[Side],
     scenarios: Sequence[str],
@@ -168,18 +202,25 @@ def side_paths(
     save_dir: str | None,
     console: Console,
     runner: interleave.Runner = interleave.run_on_side,
-) -> list[Path]:
+    budget_s: float | None = None,
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+) -> SidePaths:
     """The result file of each side, base then head: a file side's own, a ref side's from running the
-    selected cases on it (both refs alternating round by round; progress on `console`). Raises
-    KeyboardInterrupt when interrupted (finished cases stay in their files), UserError for run options given
-    with two files."""
+    selected cases on it (both refs alternating round by round; progress on `console`). With `budget_s`
+    (two refs only), rounds are then added to the cases not yet decided, both sides in turn, until each is
+    decided or the budget is spent (`_add_rounds`). Raises KeyboardInterrupt when interrupted (finished
+    cases stay in their files), UserError for run options given with two files."""
     if all(isinstance(s, FileSide) for s in sides):
-        if scenarios or sets or device:
+        if scenarios or sets or device or budget_s is not None:
             raise UserError(
-                "scenarios, --set and --device choose what to run, but two result files run nothing; drop "
-                "them (--filter narrows the files' cases), or give git refs to run"
+                "scenarios, --set, --device and --budget choose what to run, but two result files run "
+                "nothing; drop them (--filter narrows the files' cases), or give git refs to run"
             )
-        return [s.path for s in sides if isinstance(s, FileSide)]
+        return SidePaths([s.path for s in sides if isinstance(s, FileSide)])
+    if budget_s is not None and any(isinstance(s, FileSide) for s in sides):
+        raise UserError("--budget adds rounds to both sides, so both must be git refs, not a result file")
+    started = time.monotonic()
     overrides = parse_overrides(sets, device)
     suite = load_suite(config, overrides)
     file_run = next((load_result(s.path) for s in sides if isinstance(s, FileSide)), None)
@@ -217,16 +258,32 @@ def side_paths(
             + (", round by round in turn" if len(checkouts) > 1 else "")
             + f"; results in {escape(display(folder))}"
         )
+        # With a budget the files' scenarios allow ADAPTIVE_MAX_ROUNDS (resumable round after round); the
+        # planned rounds run first, as without one.
+        run_sets = [*sets, f"rounds={ADAPTIVE_MAX_ROUNDS}"] if budget_s is not None else list(sets)
+        spent = None
         try:
             with CaseProgress(console, staged.rounds * len(checkouts)) as progress:
                 interleave.run_alternating(
                     checkouts,
                     staged,
-                    sets=sets,
+                    sets=run_sets,
                     device=device,
                     runner=runner,
                     on_start=lambda c, k: progress.start(f"{c.name} round {k}/{staged.rounds}"),
                     on_done=lambda c, k, run: progress.done(_round_line(c, k, staged.rounds, run)),
+                )
+            if budget_s is not None:
+                spent = _add_rounds(
+                    checkouts,
+                    staged,
+                    sets=run_sets,
+                    device=device,
+                    runner=runner,
+                    factor=factor,
+                    alpha=alpha,
+                    deadline=started + budget_s,
+                    console=console,
                 )
         except KeyboardInterrupt:
             kept = [str(display(o)) for o in outputs if o.exists()]
@@ -239,8 +296,53 @@ def side_paths(
         "saved: "
         + ", ".join(f"{role} {escape(display(o))}" for role, o in zip(("base", "head"), outputs, strict=True))
         + "; compare them again with `bench compare BASE.json HEAD.json`"
+        + (f" --alpha {spent:.4g} for the budget's verdicts" if spent is not None else "")
     )
-    return outputs
+    return SidePaths(outputs, spent)
+
+
+def _add_rounds(
+    checkouts: Sequence[Checkout],
+    staged: interleave.Staged,
+    *,
+    sets: Sequence[str],
+    device: str | None,
+    runner: interleave.Runner,
+    factor: float,
+    alpha: float,
+    deadline: float,
+    console: Console,
+) -> float:
+    """After the planned rounds, judge every case at each look of `look_rounds` (at `sequential_alpha`); a
+    case judged (better, worse, ~) or not comparable is decided and gets no more rounds; the others get
+    rounds up to the next look, one round at a time on both sides in turn, while the next round (timed by
+    the last ones) fits before the deadline. Returns the alpha every look judged at."""
+    looks = look_rounds(staged.rounds, ADAPTIVE_MAX_ROUNDS)
+    spent = sequential_alpha(alpha, len(looks))
+    runs = {c.name: load_result(c.output) for c in checkouts}
+    decided: set[str] = set()
+    done = staged.rounds
+    for look in looks:
+        comparison = compare_runs(runs["base"], runs["head"], factor=factor, alpha=spent)
+        decided |= {c.key for c in comparison.cases if c.verdict in JUDGED_VERDICTS | {"not comparable"}}
+        open_keys = [c.key for c in comparison.cases if c.key not in decided]
+        if not open_keys or look == looks[-1]:
+            break
+        subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in open_keys])
+        next_look = looks[looks.index(look) + 1]
+        while done < next_look:
+            # the next round costs about what these cases' last rounds did, on both sides
+            cost = sum(run.get(k).rounds[-1].wall_s for run in runs.values() for k in open_keys)
+            if time.monotonic() + cost > deadline:
+                console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
+                return spent
+            done += 1
+            for checkout in checkouts:
+                runs[checkout.name] = runner(
+                    checkout, subset, resume=True, stop_after=done, sets=sets, device=device
+                )
+        console.print(f"round {done}: {len(open_keys)} undecided case(s) judged again (alpha {spent:.4f})")
+    return spent
 
 
 def _round_line(checkout: Checkout, round_: int, rounds: int, run: RunResult) -> str:
@@ -487,6 +589,7 @@ def run(
     save_dir: str | None = None,
     console: Console | None = None,
     runner: interleave.Runner = interleave.run_on_side,
+    budget_s: float | None = None,
 ) -> int:
     """Compare BASE and HEAD (files or refs); returns the exit code (see the module docstring).
 
@@ -500,6 +603,8 @@ def run(
         fail_on_regression: return 3 when a case is worse or failed on head only
         save_dir: with refs, the folder of both sides' result files
         runner: runs one case on one side (bench.launch.interleave.run_on_side); a test hook
+        budget_s: with two refs, add rounds to the undecided cases until each is decided or this many
+            seconds have passed (sequential verdicts: bench.results.comparison.sequential_alpha)
     """
     console = console or default_console
     if fmt not in FORMATS:
@@ -509,7 +614,7 @@ def run(
     # In markdown and json mode the progress goes to stderr, so that stdout is the comment (data) alone.
     progress_console = console if fmt == "table" else Console(stderr=True, highlight=False)
     try:
-        paths = side_paths(
+        paths, spent = side_paths(
             sides,
             scenarios,
             sets=sets,
@@ -519,12 +624,16 @@ def run(
             save_dir=save_dir,
             console=progress_console,
             runner=runner,
+            budget_s=budget_s,
+            factor=factor,
+            alpha=alpha,
         )
     except KeyboardInterrupt:
         return 130
     case_filter = parse_filters(filters)
     base_run, head_run = (_narrow(load_result(p), case_filter) for p in paths)
-    comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha, force=force)
+    judged_at = alpha if spent is None else spent  # with --budget: every look's alpha (sequential_alpha)
+    comparison = compare_runs(base_run, head_run, factor=factor, alpha=judged_at, force=force)
     labels = (_side_label(sides[0], base_run), _side_label(sides[1], head_run))
     if fmt in ("markdown", "json"):
         text = (

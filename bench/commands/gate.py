@@ -214,7 +214,7 @@ def run(
             config=config,
             save_dir=save_dir,
             console=Console(stderr=True, highlight=False),
-        )
+        ).paths
     except KeyboardInterrupt:
         return 130
     base_run, head_run = (_timing_run(p) for p in paths)

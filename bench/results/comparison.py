@@ -20,6 +20,7 @@ times do not; `Comparison.interleaved` says which, and `bench compare` says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,6 +39,25 @@ DEFAULT_ALPHA = 0.05
 """1 - the confidence of the ratio's interval (0.05: 95%)."""
 MIN_ROUNDS = 2
 """Clean rounds a side needs for an interval."""
+
+
+def look_rounds(first: int, most: int) -> list[int]:
+    """The rounds at which a comparison that adds rounds (`bench compare --budget`) judges its cases: after
+    the planned `first`, then about 1.5x as many each time, up to `most` (5, 8, 12, 18, 27, 30). Few looks
+    spend little of alpha each (`sequential_alpha`), and rounds between looks run in one go."""
+    out = [first]
+    while out[-1] < most:
+        out.append(min(most, max(out[-1] + 1, math.ceil(out[-1] * 1.5))))
+    return out
+
+
+def sequential_alpha(alpha: float, looks: int) -> float:
+    """The alpha of each of `looks` looks (`look_rounds`): alpha / looks. A case judged at the first look
+    that decides it (better, worse or ~) gets a false verdict with probability at most the sum over looks,
+    alpha (the union bound, Bonferroni over the planned looks), however the data fall: sequential testing
+    by alpha spending, not repeated peeking at one alpha."""
+    return alpha / looks
+
 
 MACHINE_KEYS = ("hostname", "cpu_model", "cpu_count")
 DEVICE_KEYS = ("device_type", "device_name", "backend")

@@ -4,6 +4,7 @@ the round-by-round A/B runner, and one real comparison of two git refs in a temp
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from bench.launch.gitrefs import RefSide, resolve_side
 from bench.launch.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
 from bench.measure.contention import Contention
 from bench.measure.timing import summarize
-from bench.results.comparison import comparability, compare_runs
+from bench.results.comparison import comparability, compare_runs, look_rounds
 from bench.results.env import Environment
 from bench.results.statistics import estimate
 from bench.results.store import CaseResult, MemoryResult, RoundResult, RunResult, load_result, save_result
@@ -562,9 +563,17 @@ def repo(suite_dir: Path) -> Path:
     return suite_dir
 
 
-def stand_in(calls: list, *, slower_head: bool = True, interrupt_at: int | None = None):
+def stand_in(
+    calls: list,
+    *,
+    slower_head: bool = True,
+    interrupt_at: int | None = None,
+    head_factor: float = 2.0,
+    spread: float = 0.01,
+):
     """A runner that records its calls and writes a result file as `bench run --stop-after-round` would
-    (the side's commit, the session, one more round of every planned case)."""
+    (the side's commit, the session, one more round of every planned case): head `head_factor` times
+    base's 100 ms when `slower_head`, round medians scattered by `spread`."""
 
     def runner(checkout, staged, *, resume, stop_after, sets, device):
         calls.append((checkout.name, stop_after, resume, checkout.root.is_dir()))
@@ -583,7 +592,8 @@ def stand_in(calls: list, *, slower_head: bool = True, interrupt_at: int | None 
             )
         slow = slower_head and checkout.name == "head"
         for planned in staged.plan:
-            fresh = ok(planned.case, 200 if slow else 100, seed=len(calls) * 100 + len(run.cases), rounds=1)
+            seed = len(calls) * 100 + len(run.cases)
+            fresh = ok(planned.case, 100 * (head_factor if slow else 1), seed=seed, rounds=1, spread=spread)
             before = run.get(planned.case.key())
             rounds = (before.rounds if before is not None else []) + fresh.rounds
             run.cases = [c for c in run.cases if c.key != planned.case.key()]
@@ -628,6 +638,54 @@ def test_refs_run_alternating_in_worktrees_and_are_saved(repo, tmp_path):
     assert "0 better, 4 worse, 0 ~, 0 not comparable" in text and "compare them again" in text
     assert "drift between the two runs is not controlled" not in text
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp_path):
+    """Head 1.25x slower, round medians scattered by 12%: two rounds a side decide nothing; --budget adds
+    rounds, look by look (bench.results.comparison.look_rounds), to the undecided cases only, until each is
+    called worse, every look at alpha / looks."""
+    calls: list = []
+    console = Console(width=200, record=True, file=io.StringIO())
+    runner = stand_in(calls, head_factor=1.25, spread=0.12)
+    code = compare.run(
+        "HEAD", "main", save_dir=str(tmp_path / "s"), runner=runner, console=console, fmt="json", budget_s=600
+    )
+    data = json.loads(console.export_text())
+    assert code == 0 and {c["verdict"] for c in data["cases"]} == {"worse"}, data["summary"]
+    looks = look_rounds(2, compare.ADAPTIVE_MAX_ROUNDS)  # the tiny suite plans 2 rounds
+    assert data["alpha"] == pytest.approx(0.05 / len(looks))
+    rounds = {c["key"]: c["rounds"][0] for c in data["cases"]}
+    assert all(r in looks and r > 2 for r in rounds.values()), rounds  # judged at a look, after more rounds
+    extra = [(name, k) for name, k, _, _ in calls if k > 2]
+    assert extra and all(k <= max(rounds.values()) for _, k in extra)  # no round past the last decision
+
+
+def test_a_budget_never_calls_an_unchanged_head(repo, tmp_path):
+    """A/A with 12% scatter: every look at alpha / looks, up to the most rounds; no case better or worse."""
+    calls: list = []
+    console = Console(width=200, record=True, file=io.StringIO())
+    runner = stand_in(calls, slower_head=False, spread=0.12)
+    assert (
+        compare.run(
+            "HEAD",
+            "HEAD",
+            save_dir=str(tmp_path / "s"),
+            runner=runner,
+            console=console,
+            fmt="json",
+            budget_s=600,
+        )
+        == 0
+    )
+    data = json.loads(console.export_text())
+    assert data["counts"]["worse"] == data["counts"]["better"] == 0, data["summary"]
+    # undecided cases ran every look to the most rounds; a case called ~ stopped at its look
+    assert all(c["rounds"][0] == compare.ADAPTIVE_MAX_ROUNDS or c["verdict"] == "~" for c in data["cases"])
+
+
+def test_a_budget_needs_two_refs(files):
+    with pytest.raises(UserError, match="--budget"):
+        compare.run(str(files["base"]), str(files["slower"]), budget_s=60, console=QUIET)
 
 
 def test_a_ref_against_a_file_runs_only_the_files_cases(repo, tmp_path):

@@ -192,10 +192,10 @@ def test_refs_run_through_bench_compare(tmp_path, monkeypatch):
     def fake_side_paths(sides, scenarios, *, save_dir, **kwargs):
         """What `bench compare`'s runs of two refs return: both sides' files, saved in the folder."""
         seen.update(commits=[s.commit for s in sides], scenarios=list(scenarios), save_dir=save_dir)
-        return [
-            Path(shutil.copy(b, Path(save_dir) / "base-x.json")),
-            Path(shutil.copy(h, Path(save_dir) / "head-x.json")),
-        ]
+        base_copy = Path(shutil.copy(b, Path(save_dir) / "base-x.json"))
+        return gate_command.compare_command.SidePaths(
+            [base_copy, Path(shutil.copy(h, Path(save_dir) / "head-x.json"))]
+        )
 
     monkeypatch.setattr(gate_command.compare_command, "side_paths", fake_side_paths)
     monkeypatch.chdir(REPO)
