@@ -282,6 +282,7 @@ def side_paths(
                     runner=runner,
                     factor=factor,
                     alpha=alpha,
+                    started=started,
                     deadline=started + budget_s,
                     console=console,
                 )
@@ -295,8 +296,8 @@ def side_paths(
     console.print(
         "saved: "
         + ", ".join(f"{role} {escape(display(o))}" for role, o in zip(("base", "head"), outputs, strict=True))
-        + "; compare them again with `bench compare BASE.json HEAD.json`"
-        + (f" --alpha {spent:.4g} for the budget's verdicts" if spent is not None else "")
+        + "; compare them again with `bench compare BASE.json HEAD.json"
+        + (f" --alpha {spent:.4g}` (the budget's alpha)" if spent is not None else "`")
     )
     return SidePaths(outputs, spent)
 
@@ -310,18 +311,21 @@ def _add_rounds(
     runner: interleave.Runner,
     factor: float,
     alpha: float,
+    started: float,
     deadline: float,
     console: Console,
 ) -> float:
     """After the planned rounds, judge every case at each look of `look_rounds` (at `sequential_alpha`); a
     case judged (better, worse, ~) or not comparable is decided and gets no more rounds; the others get
-    rounds up to the next look, one round at a time on both sides in turn, while the next round (timed by
-    the last ones) fits before the deadline. Returns the alpha every look judged at."""
+    rounds up to the next look, one round at a time on both sides in turn, while the next round fits before
+    the deadline (its cost: the last round's, both sides and start-up included; at first the planned
+    rounds' mean). Returns the alpha every look judged at."""
     looks = look_rounds(staged.rounds, ADAPTIVE_MAX_ROUNDS)
     spent = sequential_alpha(alpha, len(looks))
     runs = {c.name: load_result(c.output) for c in checkouts}
     decided: set[str] = set()
     done = staged.rounds
+    cost = (time.monotonic() - started) / max(done, 1)
     for look in looks:
         comparison = compare_runs(runs["base"], runs["head"], factor=factor, alpha=spent)
         decided |= {c.key for c in comparison.cases if c.verdict in JUDGED_VERDICTS | {"not comparable"}}
@@ -331,16 +335,16 @@ def _add_rounds(
         subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in open_keys])
         next_look = looks[looks.index(look) + 1]
         while done < next_look:
-            # the next round costs about what these cases' last rounds did, on both sides
-            cost = sum(run.get(k).rounds[-1].wall_s for run in runs.values() for k in open_keys)
             if time.monotonic() + cost > deadline:
                 console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
                 return spent
             done += 1
+            begun = time.monotonic()
             for checkout in checkouts:
                 runs[checkout.name] = runner(
                     checkout, subset, resume=True, stop_after=done, sets=sets, device=device
                 )
+            cost = time.monotonic() - begun
         console.print(f"round {done}: {len(open_keys)} undecided case(s) judged again (alpha {spent:.4f})")
     return spent
 
