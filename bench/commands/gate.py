@@ -101,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-dir", metavar="DIR", help="with refs: where both sides' result files go (as bench compare)"
     )
+    parser.add_argument(
+        "--budget",
+        type=compare_command.parse_budget,
+        metavar="DURATION",
+        help="with two refs: add rounds to the undecided cases until called or DURATION is spent (as bench "
+        "compare --budget)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -117,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
         factor=args.factor,
         alpha=args.alpha,
         save_dir=args.save_dir,
+        budget_s=args.budget,
     )
 
 
@@ -188,8 +196,10 @@ def run(
     alpha: float = DEFAULT_ALPHA,
     save_dir: str | None = None,
     console: Console | None = None,
+    budget_s: float | None = None,
 ) -> int:
-    """Gate HEAD against BASE on timing and head's accuracy checks; returns the exit code (EXIT_CODES)."""
+    """Gate HEAD against BASE on timing and head's accuracy checks; returns the exit code (EXIT_CODES).
+    `budget_s`: with two refs, compare's adaptive rounds (bench compare --budget), verdicts at its alpha."""
     console = console or default_console
     sides = (resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd()))  # a missing file first
     if not verify:
@@ -205,7 +215,7 @@ def run(
         folder = load_suite(config).results_dir / f"gate-{datetime.datetime.now():%Y%m%d-%H%M%S}"
         save_dir = str(new_folder(folder))
     try:  # the progress on stderr, so that stdout is the gate's table alone
-        paths = compare_command.side_paths(
+        paths, spent = compare_command.side_paths(
             sides,
             scenarios,
             sets=sets,
@@ -214,7 +224,10 @@ def run(
             config=config,
             save_dir=save_dir,
             console=Console(stderr=True, highlight=False),
-        ).paths
+            budget_s=budget_s,
+            factor=factor,
+            alpha=alpha,
+        )
     except KeyboardInterrupt:
         return 130
     base_run, head_run = (_timing_run(p) for p in paths)
@@ -224,7 +237,7 @@ def run(
         dataclasses.replace(r, cases=[c for c in r.cases if case_filter.matches(c.case)])
         for r in (base_run, head_run)
     )
-    comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha)
+    comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha if spent is None else spent)
     result = gate(comparison, base_records, head_records)
     labels = (f"{paths[0].name} ({source_label(base_run)})", f"{paths[1].name} ({source_label(head_run)})")
     render(result, labels, console)

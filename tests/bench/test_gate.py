@@ -204,3 +204,23 @@ def test_refs_run_through_bench_compare(tmp_path, monkeypatch):
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
     assert code == 0 and seen == {"commits": [head, head], "scenarios": ["tiny"], "save_dir": str(tmp_path)}
+
+
+def test_a_budget_reaches_compare_and_its_alpha_judges(tmp_path, monkeypatch):
+    """gate --budget hands the budget to compare's runs of two refs, and judges at the alpha they spent."""
+    b, h, v = files(tmp_path, timing_run(), timing_run(), verify_run())
+    seen: dict = {}
+
+    def fake_side_paths(sides, scenarios, *, save_dir, budget_s, **kwargs):
+        seen["budget_s"] = budget_s
+        return gate_command.compare_command.SidePaths([Path(b), Path(h)], alpha=0.01)
+
+    def fake_compare_runs(base, head, *, factor, alpha, **kwargs):
+        seen["alpha"] = alpha
+        return compare_runs(base, head, factor=factor, alpha=alpha)
+
+    monkeypatch.setattr(gate_command.compare_command, "side_paths", fake_side_paths)
+    monkeypatch.setattr(gate_command, "compare_runs", fake_compare_runs)
+    monkeypatch.chdir(REPO)
+    gate_command.run("HEAD", "HEAD", ["tiny"], verify=[v], save_dir=str(tmp_path), console=QUIET, budget_s=60)
+    assert seen == {"budget_s": 60, "alpha": 0.01}
