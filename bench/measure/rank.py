@@ -110,7 +110,13 @@ def build_pass(
     shape = (case.batch, case.seq_len, case.hidden_size)
     x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
     x.requires_grad_(case.pass_ != "prefill")
-    grad_output = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
+    # A prefill has no backward: no output gradient is drawn, so none counts in its memory (the training
+    # passes keep theirs, as their results always have).
+    grad_output = (
+        None
+        if case.pass_ == "prefill"
+        else _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
+    )
     cu_seqlens = cu_seqlens_of(case)
     style = LinearAttentionContextParallel(
         mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout, overlap=case.overlap
@@ -139,7 +145,7 @@ def build_pass(
         layer.zero_grad(set_to_none=True)
         x.grad = None
 
-    return step, clear_grads, [*layer.parameters(), x, grad_output]
+    return step, clear_grads, [*layer.parameters(), x, *([] if grad_output is None else [grad_output])]
 
 
 def warm(step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None], passes: int) -> None:
