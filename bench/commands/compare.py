@@ -59,9 +59,10 @@ from bench.results.comparison import (
     look_rounds,
     sequential_alpha,
 )
+from bench.results.export import measure_cells
 from bench.results.paths import free_path, new_folder
 from bench.results.statistics import format_estimate
-from bench.results.store import CaseResult, RunResult, load_result, result_filename
+from bench.results.store import RunResult, load_result, result_filename
 from bench.results.tables import TableData, print_tables
 from bench.suite.filters import CaseFilter, parse_filters
 from bench.suite.loader import display, load_suite, parse_overrides
@@ -326,14 +327,13 @@ def _add_rounds(
     decided: set[str] = set()
     done = staged.rounds
     cost = (time.monotonic() - started) / max(done, 1)
-    for look in looks:
+    for next_look in [*looks[1:], None]:
         comparison = compare_runs(runs["base"], runs["head"], factor=factor, alpha=spent)
         decided |= {c.key for c in comparison.cases if c.verdict in JUDGED_VERDICTS | {"not comparable"}}
         open_keys = [c.key for c in comparison.cases if c.key not in decided]
-        if not open_keys or look == looks[-1]:
+        if not open_keys or next_look is None:
             break
         subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in open_keys])
-        next_look = looks[looks.index(look) + 1]
         while done < next_look:
             if time.monotonic() + cost > deadline:
                 console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
@@ -516,21 +516,10 @@ def render_markdown(comparison: Comparison, labels: tuple[str, str]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def _side_json(result: CaseResult) -> dict[str, Any]:
-    est = result.estimate
-    return {
-        "estimate_s": None if est is None else est.median_s,
-        "low_s": None if est is None else est.low_s,
-        "high_s": None if est is None else est.high_s,
-        "rounds": len(result.rounds),
-        "contended_rounds": result.contended_rounds,
-        "peak_bytes": None if result.memory is None else result.memory.peak_bytes,
-    }
-
-
 def comparison_json(comparison: Comparison, labels: tuple[str, str]) -> dict[str, Any]:
     """The comparison as data for CI bots and dashboards: both sides, the rule, and per case its verdict,
-    head/base with its interval, the smallest change it could have detected, and both sides' estimates."""
+    head/base with its interval, the smallest change it could have detected, and both sides' measurements
+    (bench export's columns: estimate and interval, rounds, contended rounds, peak bytes, ...)."""
     return {
         "base": labels[0],
         "head": labels[1],
@@ -556,8 +545,8 @@ def comparison_json(comparison: Comparison, labels: tuple[str, str]) -> dict[str
                 else c.head.memory.peak_bytes - c.base.memory.peak_bytes,
                 "not_comparable": c.not_comparable,
                 "forced": c.forced,
-                "base": _side_json(c.base),
-                "head": _side_json(c.head),
+                "base": measure_cells(c.base),  # bench export's measurement columns
+                "head": measure_cells(c.head),
             }
             for c in comparison.cases
         ],

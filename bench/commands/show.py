@@ -140,7 +140,7 @@ def markdown(run: RunResult) -> str:
     blocks = [Paragraph(text=line) for line in header_lines(run)[1:]]
     blocks += [Paragraph(text=f"CONTENDED: {shared}")] if shared else []
     blocks += document_blocks(tables)
-    title = header_lines(run)[0] + (" (mostly contended)" if mostly_contended(run) else "")
+    title = header_lines(run)[0] + (" (mostly contended)" if mostly_contended(run.cases) else "")
     return render_markdown(title, [Section(title="results", blocks=blocks)], charts=None)
 
 

@@ -38,7 +38,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from bench.results import analysis
 from bench.results.analysis import PASS_LABELS, Variant, source_label
 from bench.results.store import CaseResult, RunResult
-from bench.results.tables import format_tokens
+from bench.results.tables import contended_cases, format_tokens, mostly_contended
 from bench.results.traffic import bytes_moved
 from gdn_cp.distributed import MODES, mode_order
 
@@ -180,10 +180,6 @@ def _mark_contended(ax, xs: Sequence[float], ys: Sequence[float], results: Seque
         ax.plot([x for x, _ in hits], [y for _, y in hits], **CONTENDED_STYLE)
 
 
-def _scenario_cases(sources: Sequence[Source], scenario: str) -> list[CaseResult]:
-    return [c for s in sources for c in s.run.cases if c.case.scenario == scenario and c.status == "ok"]
-
-
 FOOTER_CHARS_PER_INCH = 22
 """Characters of the 6.5 pt footer per inch of figure width (DejaVu Sans: about 3.3 pt a character)."""
 
@@ -203,9 +199,9 @@ def _finish(
     """Title (chart, scenario, device and commits; on a chart of times (`timed`), MOSTLY CONTENDED first when
     more than half of the scenario's cases were timed on a shared machine), legend outside the panels,
     footer under them. Bytes and peak memory do not depend on what else ran: their charts are not marked."""
-    cases = _scenario_cases(sources, scenario)
-    shared = sum(c.contended for c in cases) if timed else 0
-    warning = "MOSTLY CONTENDED: timed on a shared machine\n" if 2 * shared > len(cases) else ""
+    cases = [c for s in sources for c in s.run.cases if c.case.scenario == scenario]
+    shared, measured = contended_cases(cases) if timed else (0, 0)
+    warning = "MOSTLY CONTENDED: timed on a shared machine\n" if timed and mostly_contended(cases) else ""
     fig.suptitle(f"{warning}{title} · {scenario}\n{_identity(sources)}", fontsize=11)
     handles: list[Line2D | Patch] = []
     for v in variants:
@@ -224,9 +220,7 @@ def _finish(
                 handles.append(Line2D([], [], color="gray", linestyle=ls, label=s.label))
     handles += extra
     if shared and not bars:
-        handles.append(
-            Line2D([], [], **{**CONTENDED_STYLE, "label": f"contended ({shared} of {len(cases)})"})
-        )
+        handles.append(Line2D([], [], **{**CONTENDED_STYLE, "label": f"contended ({shared} of {measured})"}))
     checkpointed = [v.mode for v in variants if v.checkpoint]
     if checkpointed and not bars:
         note += f"; {', '.join(checkpointed)}: summary checkpoint on"
@@ -664,6 +658,11 @@ MEMORY_RESOLUTION_MIB = 0.5
 one case differ by about 0.2 MiB between runs here (the allocator's and the CPU meter's own spread)."""
 
 
+def _memory_drawn(row: analysis.AblationRow) -> bool:
+    """Whether the memory a switch saves at a point is drawn: measured, and at least MEMORY_RESOLUTION_MIB."""
+    return row.memory_saved_mib is not None and abs(row.memory_saved_mib) >= MEMORY_RESOLUTION_MIB
+
+
 def _no_effect(ax, text: str) -> None:
     """A panel that says why it has no bars (every effect within noise) instead of drawing noise."""
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9, color="dimgray")
@@ -679,9 +678,7 @@ def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.S
         return f"no {'/'.join(switch.modes)} case ran with {switch.on_label} both on and off"
     every = [r for rs in rows.values() for r in rs]
     time_noise = all(r.within_noise for r in every)
-    memory_noise = all(
-        r.memory_saved_mib is None or abs(r.memory_saved_mib) < MEMORY_RESOLUTION_MIB for r in every
-    )
+    memory_noise = not any(_memory_drawn(r) for r in every)
     points = sorted({(r.cp, r.seq_len) for rs in rows.values() for r in rs})
     modes = [m for m in switch.modes if any(r.mode == m for rs in rows.values() for r in rs)]
     passes = {r.pass_ for rs in rows.values() for r in rs}
@@ -714,11 +711,7 @@ def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.S
                 error_kw={"linewidth": 0.8},
                 **style,
             )
-        saved = [
-            (x, r.memory_saved_mib)
-            for x, r in zip(xs, found, strict=True)
-            if r.memory_saved_mib is not None and abs(r.memory_saved_mib) >= MEMORY_RESOLUTION_MIB
-        ]
+        saved = [(x, r.memory_saved_mib) for x, r in zip(xs, found, strict=True) if _memory_drawn(r)]
         ax_mem.bar([x for x, _ in saved], [m for _, m in saved], **style)
     labels = [f"CP{cp}\n{format_tokens(n)}" for cp, n in points]
     pass_label = " / ".join(PASS_LABELS[p] for p in analysis.PASSES if p in passes)

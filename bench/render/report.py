@@ -28,6 +28,7 @@ from bench.results.store import RunResult
 from bench.results.tables import (
     TIME_NOTE,
     TableData,
+    contended_cases,
     contention_summary,
     documents_table,
     format_mib,
@@ -98,7 +99,7 @@ def _contents(r: ReportRun) -> str:
     if r.kind == "timing":
         counts = {s: sum(c.status == s for c in r.run.cases) for s in ("ok", "failed", "skipped")}
         text = f"{len(r.run.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        shared = sum(c.contended for c in r.run.cases if c.status == "ok")
+        shared, _ = contended_cases(r.run.cases)
         return text + (f" ({shared} of them CONTENDED)" if shared else "")
     if r.kind == "verify":
         records = r.run.verifications
@@ -524,7 +525,7 @@ def report_title(runs: Sequence[ReportRun]) -> str:
     what = [_few(timed)] if timed else []
     what += [f"verify {_few(verified)}"] if verified else []
     commits = list(dict.fromkeys(source_label(r.run) for r in runs))
-    shared = " - mostly CONTENDED" if any(mostly_contended(r.run) for r in _timing(runs)) else ""
+    shared = " - mostly CONTENDED" if any(mostly_contended(r.run.cases) for r in _timing(runs)) else ""
     return f"gdn-cp-bench: {'; '.join(what) or 'no results'} ({_few(commits, 2)}){shared}"
 
 

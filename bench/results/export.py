@@ -91,7 +91,9 @@ def _case_cells(case: Case) -> Row:
     return {name: data[name] for name in CASE_COLUMNS}
 
 
-def _measure_cells(result: CaseResult) -> Row:
+def measure_cells(result: CaseResult) -> Row:
+    """A case's MEASURE_COLUMNS (those it has: a failed case only its status, error and wall time); also
+    each side of `bench compare --format json`."""
     t, m, tp, est = result.timing, result.memory, result.throughput, result.estimate
     cells: Row = {
         "status": result.status,
@@ -164,7 +166,7 @@ def export_rows(run: RunResult, file: str = "", *, per_sample: bool = False) -> 
     ident = _run_cells(run, file)
     rows: list[Row] = []
     for result in run.cases:
-        parts = (ident, _case_cells(result.case), _measure_cells(result))
+        parts = (ident, _case_cells(result.case), measure_cells(result))
         if not per_sample or not result.samples_s:
             rows.append(_row("sample" if per_sample else "case", *parts))
             continue

@@ -136,14 +136,14 @@ CONTENDED_MARK = " (contended)"
 """After the time of a case every round of which was timed on a shared machine: never presented as clean."""
 
 
-def format_time(result: CaseResult | None) -> str:
+def format_time(result: CaseResult | None, *, contended_mark: bool = True) -> str:
     """A case's time as the tables show it: its estimate with the half-width of its 95% interval across
     rounds, `12.345 ms ±4.1%`, or `12.345 ms [6.102, 24.98]` (4 significant digits) when wider than WIDE;
     with one round the median over repeats (`format_ms`); `-` when not measured; CONTENDED_MARK after it
-    when contended."""
+    when contended (unless `contended_mark` is False: a status line says why instead)."""
     if result is None:
         return "-"
-    mark = CONTENDED_MARK if result.contended else ""
+    mark = CONTENDED_MARK if contended_mark and result.contended else ""
     est = result.estimate
     width = None if est is None else est.relative_half_width
     if est is None or width is None:
@@ -164,18 +164,24 @@ def contention_summary(run: RunResult) -> str | None:
     shared = sum(c.contended_rounds for c in ok)
     if not shared:
         return None
-    cases = sum(c.contended for c in ok)
+    cases, measured = contended_cases(ok)
     return (
-        f"{cases} of {len(ok)} cases contended (every round timed while the machine was shared: not the "
+        f"{cases} of {measured} cases contended (every round timed while the machine was shared: not the "
         f"code's time alone); {shared} of {rounds} rounds in all (a case's estimate leaves its contended "
         "rounds out while it has others)"
     )
 
 
-def mostly_contended(run: RunResult) -> bool:
-    """More than half of the run's ok cases are contended: a report or chart of it says so in its title."""
-    ok = [c for c in run.cases if c.status == "ok"]
-    return bool(ok) and 2 * sum(c.contended for c in ok) > len(ok)
+def contended_cases(cases: Iterable[CaseResult]) -> tuple[int, int]:
+    """(how many of the ok `cases` are contended, how many are ok)."""
+    ok = [c for c in cases if c.status == "ok"]
+    return sum(c.contended for c in ok), len(ok)
+
+
+def mostly_contended(cases: Iterable[CaseResult]) -> bool:
+    """More than half of the ok `cases` are contended: a report or chart of them says so in its title."""
+    shared, ok = contended_cases(cases)
+    return 2 * shared > ok
 
 
 def format_mib(memory: MemoryResult | None) -> str:
@@ -218,7 +224,7 @@ def case_line(result: CaseResult) -> str:
         spread = f", ranks x{t.rank_spread:.2f}" if len(t.rank_medians_s) > 1 else ""
         shared = result.contention.reason if result.contention is not None else None
         contended = f"  [bold yellow]contended[/] ({escape(shared)})" if shared else ""
-        time = escape(format_time(result).removesuffix(CONTENDED_MARK))  # `contended` follows, with why
+        time = escape(format_time(result, contended_mark=False))  # `contended` follows, with why
         return (
             f"[green]ok[/]      {case_id:<36} {time:>16}  IQR {100 * t.relative_iqr:4.1f}%{spread}  "
             f"peak {format_mib(result.memory)}{format_throughput(result)}  [dim]{result.wall_s:.1f} s[/]"

@@ -113,11 +113,11 @@ def conv_state(
     if seq_len is None:
         seq_len = int(cu_seqlens[-1]) if cu_seqlens is not None else L
     bounds = [0, seq_len] if cu_seqlens is None else document_bounds(cu_seqlens, seq_len)
+    if L == 0:
+        return x.new_zeros(len(bounds) - 1 if cu_seqlens is not None else B, D, width)
     starts = torch.tensor(bounds[:-1], device=device)
     ends = torch.tensor(bounds[1:], device=device)
     wanted = ends[:, None] - width + torch.arange(width, device=device)  # [n, W] global positions
-    if L == 0:
-        return x.new_zeros(len(bounds) - 1 if cu_seqlens is not None else B, D, width)
     at = torch.searchsorted(positions, wanted).clamp(max=L - 1)
     held = (wanted >= starts[:, None]) & (positions[at] == wanted)
     window = torch.where(held[None, :, :, None], x[:, at], 0)  # [B, n, W, D]

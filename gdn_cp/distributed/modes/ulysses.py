@@ -105,14 +105,12 @@ class UlyssesMode(CPMode):
         mixed, b, a = self._to_heads(packed, plan).split([2 * kd + vd, hv, hv], dim=-1)
 
         # This rank's q, k and v channels of the fused conv, in the conv weight and state alike.
-        channels = torch.cat(
-            [
-                torch.arange(r * kd, (r + 1) * kd),
-                torch.arange(c.key_dim + r * kd, c.key_dim + (r + 1) * kd),
-                torch.arange(2 * c.key_dim + r * vd, 2 * c.key_dim + (r + 1) * vd),
-            ]
-        ).to(x.device)
-        w_local = layer.conv1d.weight.index_select(0, channels)
+        channels = (
+            slice(r * kd, (r + 1) * kd),
+            slice(c.key_dim + r * kd, c.key_dim + (r + 1) * kd),
+            slice(2 * c.key_dim + r * vd, 2 * c.key_dim + (r + 1) * vd),
+        )
+        w_local = torch.cat([layer.conv1d.weight[s] for s in channels])
         ql, kl, vl = layer.split_qkv(causal_conv1d(mixed, w_local, cu_seqlens=bounds))
         heads = slice(r * hv, (r + 1) * hv)
         o, final = layer.core(
@@ -124,7 +122,8 @@ class UlyssesMode(CPMode):
         # This rank holds the whole sequence of its heads and channels: its share is theirs, zeros elsewhere.
         local_conv = conv_state(mixed, c.conv_kernel_size, bounds)
         conv = local_conv.new_zeros(local_conv.shape[0], c.conv_dim, c.conv_kernel_size)
-        conv.index_copy_(1, channels, local_conv)
+        for s, part in zip(channels, local_conv.split([kd, kd, vd], dim=1), strict=True):
+            conv[:, s] = part
         return out, (conv, self._heads_share(final, heads, c.num_v_heads))
 
     @staticmethod
