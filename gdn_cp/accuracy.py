@@ -159,17 +159,6 @@ class LayerComparison:
         over("grad_norm_rel", self.grad_norm_rel, t.grad_norm_rel)
         return out
 
-    def to_dict(self) -> dict:
-        return {
-            "output": asdict(self.output),
-            "input_grad": asdict(self.input_grad),
-            "params": {n: asdict(s) for n, s in self.params.items()},
-            "grad_norm_ref": self.grad_norm_ref,
-            "grad_norm_cp": self.grad_norm_cp,
-            "grad_norm_rel": self.grad_norm_rel,
-            "missing_grads": list(self.missing_grads),
-        }
-
 
 def _grad_norm(module: torch.nn.Module) -> float:
     return math.sqrt(

@@ -30,7 +30,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("gdn_cp",),
     ),
     "bench": (
-        ("bench.errors", "bench.console"),
+        ("bench.errors", "bench.console", "bench.records"),
         ("bench.suite",),
         ("bench.measure",),
         ("bench.results",),

@@ -8,6 +8,7 @@ import torch
 
 from bench.suite.config import Scenario, Sweep
 from bench.suite.fields import FieldError
+from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.dtypes import matmul_precision
 
 
@@ -39,9 +40,9 @@ def test_cpu_has_no_such_mode(tf32_off):
 
 
 def _scenario(**kw) -> Scenario:
-    model = {"hidden_size": 32, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 8, "head_v_dim": 8}
+    layer = GatedDeltaNetConfig(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=8)
     sweep = Sweep(cp=[1], seq_len=[64], mode=["p2p"], pass_=["forward"])
-    return Scenario(name="s", **model, sweep=sweep, **kw)
+    return Scenario(name="s", layer=layer, sweep=sweep, **kw)
 
 
 def test_a_scenario_chooses_it_and_its_cases_record_it():

@@ -229,7 +229,7 @@ def _template(runs: list, scenario: str | None) -> Case:
 
 def _feasible(case: Case) -> str | None:
     """Why `case` cannot run (short: the table's legend gives the rule), or None."""
-    config = case.layer_config()
+    config = case.layer
     try:
         mode_class(case.mode).check_shapes(config, case.cp)
     except ValueError:
@@ -360,7 +360,7 @@ def _assumptions(
     results: Sequence[str],
     notes: list[str],
 ) -> list[str]:
-    c = template.layer_config()
+    c = template.layer
     out = [
         f"layer: hidden {c.hidden_size}, heads {c.num_k_heads}/{c.num_v_heads}, head dims "
         f"{c.head_k_dim}/{c.head_v_dim}, chunk {c.chunk_size}, {template.dtype}, batch {template.batch}; "

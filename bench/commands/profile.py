@@ -34,6 +34,7 @@ from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.launcher import TorchrunEnv
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
+from bench.records import to_dict
 from bench.results.env import collect_environment
 from bench.results.paths import free_path
 from bench.results.store import result_filename
@@ -304,7 +305,7 @@ def run(
     console.print(memory_table(profiles))
     console.print(f"meter: {MEMORY_METER}", style="dim")
     summary = {
-        "case": the_case.to_dict(),
+        "case": to_dict(the_case),
         "steps": steps,
         "device_type": platform.device_type,
         "breakdown": [

@@ -120,7 +120,7 @@ class Session:
         return RunResult(
             name=name,
             environment=self.environment(),
-            suite=self.suite.config.to_dict(),
+            suite=self.suite.config,
             scenarios={s.scenario.name: s.scenario.to_dict() for s in self.selections},
             command=None if command is None else list(command),
         )

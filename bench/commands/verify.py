@@ -201,7 +201,7 @@ def _record(
         case=case,
         status=outcome.status,
         steps=steps,
-        settings=scenario.train.to_dict(),
+        settings=scenario.train,
         thresholds=dataclasses.asdict(bars.train),
         error=outcome.error,
         wall_s=outcome.wall_s,

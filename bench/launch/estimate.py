@@ -41,7 +41,7 @@ from pathlib import Path
 from bench.suite.config import Case
 from gdn_cp.distributed import Platform, mode_class, probe_devices
 from gdn_cp.distributed.layout import pieces_per_rank
-from gdn_cp.dtypes import accumulation_dtype, to_dtype
+from gdn_cp.dtypes import accumulation_dtype
 
 ACTIVATION_FACTOR = 2.5
 """Live activation bytes per token, relative to the main tensors a step creates (fitted, see above)."""
@@ -51,7 +51,7 @@ SUMMARY_GRAPH_FACTOR = 3.0
 
 def parameter_count(case: Case) -> int:
     """Parameters of one GatedDeltaNet layer (gdn_cp.layers.GatedDeltaNet)."""
-    c = case.layer_config()
+    c = case.layer
     return (
         c.hidden_size * (c.conv_dim + c.value_dim + 2 * c.num_v_heads)  # in_proj_qkv, in_proj_z, in_proj_b/a
         + c.conv_dim * c.conv_kernel_size  # conv1d
@@ -64,7 +64,7 @@ def parameter_count(case: Case) -> int:
 def padded_tokens(case: Case) -> int:
     """Tokens per rank the chunked op works on: each of the rank's pieces of a sequence (one contiguous, two
     zigzag) rounded up to whole chunks. Packed documents share chunks, so they pad nothing."""
-    C = case.chunk_size
+    C = case.layer.chunk_size
     pieces = pieces_per_rank(case.layout)
     piece = case.local_seq_len // pieces  # zigzag's pieces are equal (preflight checks the split)
     return case.batch * pieces * -(-piece // C) * C
@@ -72,8 +72,8 @@ def padded_tokens(case: Case) -> int:
 
 def estimate_peak_bytes(case: Case) -> int:
     """Rough peak allocated bytes per rank of one pass of `case` (formula in the module docstring)."""
-    c = case.layer_config()
-    dtype = to_dtype(case.dtype)
+    c = case.layer
+    dtype = case.layer.dtype
     e = dtype.itemsize
     a = accumulation_dtype(dtype).itemsize
     Hv, K, V, C = c.num_v_heads, c.head_k_dim, c.head_v_dim, c.chunk_size

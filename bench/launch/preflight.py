@@ -17,7 +17,6 @@ from bench.launch.estimate import available_bytes, estimate_peak_bytes, human_by
 from bench.suite.config import Case, Scenario
 from bench.suite.loader import Locator
 from gdn_cp.distributed import Platform, check_cp_shapes
-from gdn_cp.dtypes import to_dtype
 from gdn_cp.ops import check_packed_batch, document_bounds
 
 
@@ -37,7 +36,7 @@ def check_cases(
     length_key = "local_seq_len" if any(s.local_seq_len for s in scenario.effective_sweeps()) else "seq_len"
     cases = list(cases)
     for case in cases:
-        if platform is not None and platform.device_type == "npu" and to_dtype(case.dtype) == torch.float64:
+        if platform is not None and platform.device_type == "npu" and case.layer.dtype == torch.float64:
             raise locate.error(
                 ("dtype",),
                 "dtype",
@@ -46,7 +45,7 @@ def check_cases(
             )
     available, shared = available_bytes(platform, local_rank) if platform is not None else (None, False)
     for case in cases:
-        config = case.layer_config()
+        config = case.layer
         try:
             check_cp_shapes(case.mode, config, case.cp)
         except ValueError as exc:
@@ -72,12 +71,13 @@ def check_cases(
                     f"case {case.case_id} needs about {human_bytes(per_rank)} per rank by a rough estimate "
                     f"(bench/launch/estimate.py){host}, but {human_bytes(available)} is available"
                 )
-                if case.chunk_size > case.local_seq_len:
+                chunk = case.layer.chunk_size
+                if chunk > case.local_seq_len:
                     raise locate.error(
                         ("chunk_size",),
                         "chunk_size",
-                        f"{needs}: chunk_size {case.chunk_size} pads each rank's {case.local_seq_len} "
-                        f"tokens to a whole chunk, with {case.chunk_size} x {case.chunk_size} matrices per "
+                        f"{needs}: chunk_size {chunk} pads each rank's {case.local_seq_len} "
+                        f"tokens to a whole chunk, with {chunk} x {chunk} matrices per "
                         f"head; use a chunk_size of at most {case.local_seq_len}",
                     )
                 raise locate.error(

@@ -71,7 +71,7 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
         ),
         threads_per_rank=r.threads,
         throughput=ThroughputResult(
-            model_flops=case.layer_config().flops(
+            model_flops=case.layer.flops(
                 batch=case.batch, seq_len=case.seq_len, backward=case.pass_ == "forward_backward"
             ),
             matmul_gflops=min(r.matmul_gflops),

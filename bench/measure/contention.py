@@ -30,7 +30,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 MIN_WINDOW_S = 0.5
 """Shorter windows get no foreign share: /proc/stat counts in 10 ms ticks per CPU, a +-2% error at 0.5 s."""
@@ -139,7 +138,7 @@ class Contention:
     pinned: bool = False
     """Each rank's threads were pinned to cores of their own."""
     window: Window | None = None
-    """The worst host's own window (None in files written before it was kept)."""
+    """The worst host's own window (None where it was not kept)."""
     earlier: int = 0
     """How many windows just before this one foreign and steal are also over (`with_earlier`: 0 when the
     case's own window was long enough)."""
@@ -153,11 +152,6 @@ class Contention:
         if self.steal is not None and self.steal > STEAL_CEILING:
             return f"steal {self.steal:.1%} > {STEAL_CEILING:.0%}{over}"
         return None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Contention:
-        window = data.get("window")
-        return cls(**{**data, "window": None if window is None else Window(**window)})
 
     @property
     def contended(self) -> bool:

@@ -43,7 +43,7 @@ from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from bench.suite.config import Case
 from gdn_cp import LinearAttentionContextParallel
 from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform, shard_sequence
-from gdn_cp.dtypes import accumulation_dtype, matmul_precision, to_dtype
+from gdn_cp.dtypes import accumulation_dtype, matmul_precision
 from gdn_cp.layers import seeded_layer
 
 
@@ -104,10 +104,10 @@ def build_pass(
     every gradient to None.
     """
     device = platform.device(local_rank())
-    config = case.layer_config()
+    config = case.layer
     layer = seeded_layer(config, case.seed, device)  # drawn on the CPU: the same weights on any device
     generator = torch.Generator().manual_seed(case.seed + 1)
-    shape = (case.batch, case.seq_len, case.hidden_size)
+    shape = (case.batch, case.seq_len, case.layer.hidden_size)
     x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
     x.requires_grad_(case.pass_ != "prefill")
     # A prefill has no backward: no output gradient is drawn, so none counts in its memory (the training
@@ -202,9 +202,15 @@ def _measure(case: Case, platform: Platform, group: ProcessGroup | None) -> Rank
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
     dist.barrier(group)
-    core_dtype, device = accumulation_dtype(to_dtype(case.dtype)), live[-1].device
+    layer = case.layer
+    core_dtype, device = accumulation_dtype(layer.dtype), live[-1].device
     calibration = matmul_gflops(
-        case.chunk_size, case.head_k_dim, case.head_v_dim, dtype=core_dtype, device=device, platform=platform
+        layer.chunk_size,
+        layer.head_k_dim,
+        layer.head_v_dim,
+        dtype=core_dtype,
+        device=device,
+        platform=platform,
     )
     mine = (
         samples,

@@ -97,7 +97,7 @@ class ComputeModel:
         seconds = self.fits[key].at(case.batch * case.local_seq_len) * key[3] / threads
         if key[3] != threads:
             notes.append(f"compute scaled from {key[3]} threads to {threads} (linear speed-up assumed)")
-        config = case.layer_config()
+        config = case.layer
         if config != self.config:
             backward = case.pass_ == "forward_backward"
             seconds *= _flops_per_token(config, backward) / _flops_per_token(self.config, backward)
@@ -114,8 +114,8 @@ def fit_compute(runs: Iterable[RunResult], config: GatedDeltaNetConfig | None = 
             if r.status != "ok" or r.case.cp != 1 or r.threads_per_rank is None:
                 continue
             if config is None:
-                config = r.case.layer_config()
-            if r.case.layer_config() != config or r.case.documents is not None:
+                config = r.case.layer
+            if r.case.layer != config or r.case.documents is not None:
                 continue
             key = (pipeline(r.case.mode), r.case.checkpoint, r.case.pass_, r.threads_per_rank)
             points[key].append((r.case.batch * r.case.seq_len, measured_s(r)))
@@ -214,7 +214,7 @@ def check_runs(runs: Sequence[RunResult], compute: ComputeModel, links: Intercon
         local = run.environment.launcher != "torchrun"
         for r in run.cases:
             ok = r.status == "ok" and r.threads_per_rank is not None and r.case.documents is None
-            if not ok or r.case.cp == 1 or r.case.layer_config() != compute.config:
+            if not ok or r.case.cp == 1 or r.case.layer != compute.config:
                 continue
             p = predict(
                 r.case, compute, links, threads=r.threads_per_rank, ranks_per_host=r.case.cp if local else 1

@@ -28,6 +28,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -438,110 +439,125 @@ def throughput_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
     )
 
 
-def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
-    lengths = _union(sources, lambda r: analysis.weak_lengths(r, scenario))
+@dataclass(frozen=True)
+class ScalingChart:
+    """What a scaling chart (weak or strong) draws: a panel per (pass, length), the CP degree on x."""
+
+    lengths: Callable[[RunResult, str], list[int]]
+    """The panel lengths a file has for a scenario (analysis.weak_lengths or strong_lengths)."""
+    points: Callable[[RunResult, str, Variant, str, int], list[analysis.ScalingPoint]]
+    """A file's points of (scenario, variant, pass, the panel's length), by CP degree."""
+    draw: Callable[[Any, int, Variant, list[analysis.ScalingPoint]], list[float]]
+    """Draws one series (axes, file index, variant, its points); returns the heights drawn."""
+    none: str
+    """What is said when no file has a panel."""
+    panel_text: Callable[[str, int], str]
+    ylabel: str
+    title: str
+    note: str
+    ideal: Line2D
+    """The legend entry of the ideal line."""
+    ideal_line: Callable[[Any, list[int]], float] | None = None
+    """Draws a panel's ideal line over its degrees, returning its highest point (kept in view)."""
+
+
+def _scaling(chart: ScalingChart, sources: Sequence[Source], scenario: str) -> Figure | str:
+    lengths = _union(sources, lambda r: chart.lengths(r, scenario))
     if not lengths:
-        return "no weak-scaling sweep (local_seq_len) measured at cp=1 and a larger CP degree"
+        return chart.none
     grid = _grid(sources, scenario, lengths)
     fig, axes = _figure(len(grid), len(grid[0]))
     highest = [0.0] * len(grid)
     for row, panels in enumerate(grid):
-        for col, (pass_, local, shown) in enumerate(panels):
-            ax = axes[row][col]
-            degrees: set[int] = set()
-            for i, s in enumerate(sources):
-                for v in shown:
-                    points = analysis.weak_scaling(s.run, scenario, v, pass_, local_seq_len=local)
-                    if not points:
-                        continue
-                    degrees.update(p.cp for p in points)
-                    ms = [_ms(p.result) for p in points]
-                    ax.errorbar(
-                        [p.cp for p in points],
-                        [m for m, _, _ in ms],
-                        yerr=[[lo for _, lo, _ in ms], [hi for _, _, hi in ms]],
-                        capsize=2,
-                        **_style(i, v.mode),
-                    )
-                    _mark_contended(
-                        ax, [p.cp for p in points], [m for m, _, _ in ms], [p.result for p in points]
-                    )
-                    highest[row] = max(highest[row], *(m for m, _, _ in ms))
-                    # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
-                    ax.axhline(ms[0][0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
-            _cp_axis(ax, sorted(degrees) or [1])
-            text = f"{PASS_LABELS[pass_]}, {format_tokens(local)} tokens per rank"
-            ax.set_title(_panel_title(sources, shown, text), fontsize=9)
-            if col == 0:
-                ax.set_ylabel("time (ms)")
-            ax.grid(True, alpha=0.3)
-    _from_zero(axes, highest)
-    ideal = Line2D([], [], color="gray", linestyle=":", label="ideal: flat at t(cp=1)")
-    _finish(
-        fig,
-        title="Weak scaling: fixed tokens per rank",
-        scenario=scenario,
-        sources=sources,
-        variants=_all_variants(sources, scenario),
-        note=TIME_NOTE + f"; bars past {BAR_CLIP}x a row's largest point are cut at its top; the global "
-        "sequence grows with the CP degree",
-        extra=[ideal],
-    )
-    return fig
-
-
-def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
-    lengths = _union(sources, lambda r: analysis.strong_lengths(r, scenario))
-    if not lengths:
-        return "no global sequence length measured at cp=1 and a larger CP degree"
-    grid = _grid(sources, scenario, lengths)
-    fig, axes = _figure(len(grid), len(grid[0]))
-    highest = [0.0] * len(grid)
-    for row, panels in enumerate(grid):
-        for col, (pass_, seq_len, shown) in enumerate(panels):
+        for col, (pass_, length, shown) in enumerate(panels):
             ax = axes[row][col]
             degrees: set[int] = {1}
             for i, s in enumerate(sources):
                 for v in shown:
-                    points = analysis.strong_scaling(s.run, scenario, v, pass_, seq_len=seq_len)
-                    if not points:
-                        continue
-                    degrees.update(p.cp for p in points)
-                    ratios = [p.ratio for p in points]
-                    ranges = [p.ratio_range for p in points]
-                    ax.errorbar(
-                        [p.cp for p in points],
-                        ratios,
-                        yerr=_spread(ratios, ranges),
-                        capsize=2,
-                        **_style(i, v.mode),
-                    )
-                    # a ratio is as contended as either of its two cases
-                    worse = [p.result if p.result.contended else p.base for p in points]
-                    _mark_contended(ax, [p.cp for p in points], ratios, worse)
-                    highest[row] = max(highest[row], *ratios)
+                    points = chart.points(s.run, scenario, v, pass_, length)
+                    if points:
+                        degrees.update(p.cp for p in points)
+                        highest[row] = max(highest[row], *chart.draw(ax, i, v, points))
             ordered = sorted(degrees)
-            highest[row] = max(highest[row], *ordered)  # the ideal line stays in view
-            ax.plot(ordered, ordered, color="black", linestyle="--", linewidth=1)
+            if chart.ideal_line is not None:
+                highest[row] = max(highest[row], chart.ideal_line(ax, ordered))
             _cp_axis(ax, ordered)
-            text = f"{PASS_LABELS[pass_]}, global {format_tokens(seq_len)}"
-            ax.set_title(_panel_title(sources, shown, text), fontsize=9)
+            ax.set_title(_panel_title(sources, shown, chart.panel_text(pass_, length)), fontsize=9)
             if col == 0:
-                ax.set_ylabel("speedup over cp=1")
+                ax.set_ylabel(chart.ylabel)
             ax.grid(True, alpha=0.3)
     _from_zero(axes, highest)
-    ideal = Line2D([], [], color="black", linestyle="--", label="ideal: speedup = CP degree")
+    variants = _all_variants(sources, scenario)
     _finish(
         fig,
-        title="Strong scaling: fixed global sequence",
+        title=chart.title,
         scenario=scenario,
         sources=sources,
-        variants=_all_variants(sources, scenario),
-        note="speedup: t(cp=1) / t(cp) of the estimates; bars: its 95% interval across rounds (one round: "
-        f"from the interquartile ranges), cut at the top past {BAR_CLIP}x a row's largest point",
-        extra=[ideal],
+        variants=variants,
+        note=chart.note,
+        extra=[chart.ideal],
     )
     return fig
+
+
+def _draw_weak(ax: Any, i: int, v: Variant, points: list[analysis.ScalingPoint]) -> list[float]:
+    cps, ms = [p.cp for p in points], [_ms(p.result) for p in points]
+    times = [m for m, _, _ in ms]
+    yerr = [[lo for _, lo, _ in ms], [hi for _, _, hi in ms]]
+    ax.errorbar(cps, times, yerr=yerr, capsize=2, **_style(i, v.mode))
+    _mark_contended(ax, cps, times, [p.result for p in points])
+    # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
+    ax.axhline(times[0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
+    return times
+
+
+def _draw_strong(ax: Any, i: int, v: Variant, points: list[analysis.ScalingPoint]) -> list[float]:
+    cps, ratios = [p.cp for p in points], [p.ratio for p in points]
+    yerr = _spread(ratios, [p.ratio_range for p in points])
+    ax.errorbar(cps, ratios, yerr=yerr, capsize=2, **_style(i, v.mode))
+    # a ratio is as contended as either of its two cases
+    _mark_contended(ax, cps, ratios, [p.result if p.result.contended else p.base for p in points])
+    return ratios
+
+
+def _speedup_equals_cp(ax: Any, degrees: list[int]) -> float:
+    ax.plot(degrees, degrees, color="black", linestyle="--", linewidth=1)
+    return float(degrees[-1])
+
+
+WEAK = ScalingChart(
+    lengths=analysis.weak_lengths,
+    points=lambda run, scenario, v, pass_, n: analysis.weak_scaling(run, scenario, v, pass_, local_seq_len=n),
+    draw=_draw_weak,
+    none="no weak-scaling sweep (local_seq_len) measured at cp=1 and a larger CP degree",
+    panel_text=lambda pass_, local: f"{PASS_LABELS[pass_]}, {format_tokens(local)} tokens per rank",
+    ylabel="time (ms)",
+    title="Weak scaling: fixed tokens per rank",
+    note=TIME_NOTE + f"; bars past {BAR_CLIP}x a row's largest point are cut at its top; the global sequence "
+    "grows with the CP degree",
+    ideal=Line2D([], [], color="gray", linestyle=":", label="ideal: flat at t(cp=1)"),
+)
+STRONG = ScalingChart(
+    lengths=analysis.strong_lengths,
+    points=lambda run, scenario, v, pass_, n: analysis.strong_scaling(run, scenario, v, pass_, seq_len=n),
+    draw=_draw_strong,
+    none="no global sequence length measured at cp=1 and a larger CP degree",
+    panel_text=lambda pass_, seq_len: f"{PASS_LABELS[pass_]}, global {format_tokens(seq_len)}",
+    ylabel="speedup over cp=1",
+    title="Strong scaling: fixed global sequence",
+    note="speedup: t(cp=1) / t(cp) of the estimates; bars: its 95% interval across rounds (one round: from "
+    f"the interquartile ranges), cut at the top past {BAR_CLIP}x a row's largest point",
+    ideal=Line2D([], [], color="black", linestyle="--", label="ideal: speedup = CP degree"),
+    ideal_line=_speedup_equals_cp,
+)
+
+
+def weak_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
+    return _scaling(WEAK, sources, scenario)
+
+
+def strong_scaling(sources: Sequence[Source], scenario: str) -> Figure | str:
+    return _scaling(STRONG, sources, scenario)
 
 
 DODGE = 0.04

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bench.errors import first_line
+from bench.records import to_dict
 from bench.results.statistics import RatioInterval, classify, ratio_interval, smallest_detectable
 from bench.results.store import CaseResult, RunResult
+from bench.suite.config import Case
 
 Verdict = Literal["better", "worse", "~", "too noisy", "contended", "not comparable"]
 JUDGED_VERDICTS: frozenset[str] = frozenset({"better", "worse", "~"})
@@ -170,6 +172,17 @@ def _differences(base: dict[str, Any], head: dict[str, Any], keys: Sequence[str]
     return [f"{k} {base.get(k)!r} vs {head.get(k)!r}" for k in keys if base.get(k) != head.get(k)]
 
 
+CASE_KEYS_IGNORED = frozenset({"repeat", "rounds", "case_id"})
+"""A case's keys that do not change what is timed (more repeats and rounds narrow the interval)."""
+
+
+def _case_fields(case: Case) -> dict[str, Any]:
+    """A case's keys as its record writes them, the layer's among them (hidden_size, ..., dtype)."""
+    fields = to_dict(case)
+    fields.update(fields.pop("layer"))
+    return {k: v for k, v in fields.items() if k not in CASE_KEYS_IGNORED}
+
+
 def comparability(base_run: RunResult, base: CaseResult, head_run: RunResult, head: CaseResult) -> str | None:
     """Why the timings of one case on two sides must not be compared, or None when they may be.
 
@@ -177,15 +190,17 @@ def comparability(base_run: RunResult, base: CaseResult, head_run: RunResult, he
       - the same machine: hostname, CPU model, core count (CPU-side overheads and rank threads depend on it);
       - the same device: device type, device name, collective backend;
       - the same software below the code under test: torch (and torch-npu) version;
-      - the same scenario definition for the case's scenario, ignoring SCENARIO_KEYS_IGNORED (keys that
-        cannot change this case's numbers), and the same effective warmup;
+      - the same case as it ran (its layer, dtype, batch, seed, inputs and effective warmup; not its repeats
+        and rounds, which change the interval's width, not what is timed), and the same scenario definition
+        for the keys both definitions have, ignoring SCENARIO_KEYS_IGNORED (keys that cannot change this
+        case's numbers; a key only one side's bench version writes is judged through the case);
       - the same torch threads per rank (recorded per case; on CPU it dominates the time).
     The git commit, branch and dirty flag are *what* is compared, so they never make a pair incomparable;
     neither does the launcher or the Python version. The reason names every difference found, e.g.
     "different machine (hostname 'vm' vs 'ci-3')".
     """
     reasons = []
-    env_b, env_h = base_run.environment.to_dict(), head_run.environment.to_dict()
+    env_b, env_h = to_dict(base_run.environment), to_dict(head_run.environment)
     for what, keys in (("machine", MACHINE_KEYS), ("device", DEVICE_KEYS), ("software", SOFTWARE_KEYS)):
         diff = _differences(env_b, env_h, keys)
         if diff:
@@ -193,10 +208,11 @@ def comparability(base_run: RunResult, base: CaseResult, head_run: RunResult, he
     scenario = base.case.scenario
     def_b = base_run.scenarios.get(scenario, {})
     def_h = head_run.scenarios.get(scenario, {})
-    keys = sorted((def_b.keys() | def_h.keys()) - SCENARIO_KEYS_IGNORED)
-    diff = _differences(def_b, def_h, keys)
-    if base.case.warmup != head.case.warmup:
-        diff.append(f"warmup {base.case.warmup} vs {head.case.warmup}")
+    common = sorted((def_b.keys() & def_h.keys()) - SCENARIO_KEYS_IGNORED)
+    in_definition = [k for k in common if def_b[k] != def_h[k]]
+    case_b, case_h = _case_fields(base.case), _case_fields(head.case)
+    in_case = [k for k in case_b if case_b[k] != case_h.get(k) and k not in in_definition]
+    diff = _differences(def_b, def_h, in_definition) + _differences(case_b, case_h, in_case)
     if diff:
         reasons.append(f"different scenario {scenario} ({', '.join(diff)})")
     if base.threads_per_rank != head.threads_per_rank:

@@ -5,7 +5,6 @@ Stored in every result file; `bench compare` flags results from different machin
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib.metadata
 import os
@@ -18,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from bench.records import RECORD_CONFIG
 from gdn_cp.distributed import Platform, probe_devices
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +85,8 @@ class NodeEnvironment(HostEnvironment):
 class Environment(HostEnvironment):
     """Identity of a run: the host that wrote it (global rank 0's under torchrun) and how it ran."""
 
+    __pydantic_config__ = RECORD_CONFIG
+
     git_branch: str
     backend: str
     """Collective backend: gloo, nccl, hccl."""
@@ -97,16 +99,6 @@ class Environment(HostEnvironment):
     nodes: list[NodeEnvironment] | None = None
     """Under torchrun, every node's environment (each checked equal in NodeEnvironment.COMPARED before the
     first case); None for a local run, whose one host is the fields above."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Environment:
-        nodes = data.get("nodes")
-        if nodes is not None:
-            data = {**data, "nodes": [NodeEnvironment(**n) for n in nodes]}
-        return cls(**data)
 
 
 def run_git(repo: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

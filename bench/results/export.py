@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from bench.errors import first_line
+from bench.records import to_dict
 from bench.results.store import CaseResult, RunResult
 from bench.results.verifications import LayerVerification, TrainVerification, Verification
-from bench.suite.config import MODEL_KEYS, Case
+from bench.suite.config import LAYER_KEYS, Case
 from bench.suite.documents import documents_tag
 
 Row = dict[str, Any]
@@ -45,7 +46,7 @@ RUN_COLUMNS = (
 )
 CASE_COLUMNS = (
     *("scenario", "case_id", "mode", "checkpoint", "overlap", "cp", "seq_len", "local_seq_len", "pass"),
-    *("dtype", "precision", "batch", "layout", "documents", *MODEL_KEYS),
+    *("dtype", "precision", "batch", "layout", "documents", *LAYER_KEYS),
 )
 MEASURE_COLUMNS = (
     *("status", "error", "estimate_s", "low_s", "high_s", "rounds", "contended_rounds", "contended"),
@@ -86,7 +87,8 @@ def _run_cells(run: RunResult, file: str) -> Row:
 
 
 def _case_cells(case: Case) -> Row:
-    data = case.to_dict()
+    data = to_dict(case)
+    data.update(data.pop("layer"))  # flat columns: hidden_size, ..., and the layer's dtype
     data["documents"] = documents_tag(case.documents)  # one cell: the case id's tag, or none
     return {name: data[name] for name in CASE_COLUMNS}
 

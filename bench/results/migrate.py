@@ -1,15 +1,22 @@
-"""Result files of older schema versions, converted on reading into the current layout (plain dicts).
+"""The history of the result file format, in one place, and the conversions that read older files.
 
-Version 1 (one launch per case): a case's `samples_s` [rank][repeat] and `contention` become its one round
-(position 0, started when the case finished: version 1 recorded no start), and `rounds: 1` is what its
-case and suite ran with; its estimate is that round's median, without an interval (one round shows no
-variance between process lifetimes, so `bench compare` gives such cases no verdict). Everything else is
-as version 1 wrote it.
+Every version's layout is what the records of its time declared (bench/results/store.py now). A file of an
+older version is converted step by step, as plain JSON data, into the current layout before it is read:
+
+- 1: one launch per case: a case's samples [rank][repeat] (`samples_s`) and contention sit on the case.
+- 2: rounds (separate lifetimes of the ranks, bench.launch.pool): a case's samples become its rounds, with
+  an estimate over them and a 95% interval. Keys were added inside version 2 that files written before
+  them lack; each one absent meant what `ADDED_IN_2` gives (the value those runs had).
+- 3: one declaration per record (bench.records): a case's layer sizes and dtype nest as the case's `layer`
+  (gdn_cp.GatedDeltaNetConfig, with rms_norm_eps), a case is `case` in a case result and a verify record
+  (was `params`), every key is written; derived values no longer written: a layer comparison's
+  grad_norm_rel and a verify record's failures (both recomputed from the stored numbers; `passed` stays).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,11 +24,35 @@ import numpy as np
 from bench.measure.timing import rank_max
 from bench.results.statistics import estimate
 
-UPGRADES = {1: "the samples of each case become its one round"}
-"""Versions this module converts, and what converting them does."""
+SCHEMA_VERSION = 3
+"""The version `bench run` writes. Bump it when the layout changes, add a line above and a step below."""
+
+Data = dict[str, Any]
+
+ADDED_IN_2: dict[str, dict[str, Any]] = {
+    "run": {"verifications": [], "command": None, "schedule_seed": None, "session": None},
+    "case result": {"throughput": None, "contention": None},
+    "case": {
+        "dtype_in_id": False,
+        "layout": "contiguous",
+        "documents": None,
+        "rounds": 1,
+        "overlap": False,
+        "precision": "fp32",
+    },
+    "contention": {"window": None, "earlier": 0},
+    "environment": {"nodes": None},
+    "throughput": {"matmul_dtype": None},
+    "memory": {"device_used_bytes": None},
+}
+"""Keys added while the format was version 2, by the record that holds them: what a missing one meant."""
+
+LAYER_KEYS_2 = ("hidden_size", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")
+LAYER_KEYS_2 += ("conv_kernel_size", "chunk_size", "dtype")
+"""The layer's keys of a version-2 case, flat among its other keys."""
 
 
-def _case_v1(case: dict[str, Any]) -> dict[str, Any]:
+def _v1_case(case: Data) -> Data:
     out = {k: v for k, v in case.items() if k != "samples_s"}
     out["params"] = {**case["params"], "rounds": 1}
     samples = case.get("samples_s")
@@ -43,15 +74,74 @@ def _case_v1(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A result file's contents in the current layout; `data` of a version in UPGRADES (else unchanged).
-    KeyError / TypeError / ValueError on a malformed file (load_result turns them into one line)."""
-    if data.get("schema_version") != 1:
-        return data
-    out = dict(data)
-    out["cases"] = [_case_v1(c) for c in data["cases"]]
-    out["suite"] = {**data["suite"], "rounds": 1}
-    out["schema_version"] = 2
-    out.setdefault("schedule_seed", None)
-    out.setdefault("session", None)
+def _from_1(data: Data) -> Data:
+    """Version 1 -> 2: a case's samples become its one round (started when the case finished: version 1
+    recorded no start), and `rounds: 1` is what its case and suite ran with; its estimate is that round's
+    median, without an interval (one round shows no variance between process lifetimes, so `bench compare`
+    gives such cases no verdict)."""
+    return {**data, "cases": [_v1_case(c) for c in data["cases"]], "suite": {**data["suite"], "rounds": 1}}
+
+
+def _filled(record: Data | None, kind: str) -> Data | None:
+    return None if record is None else {**ADDED_IN_2[kind], **record}
+
+
+def _v2_case(params: Data) -> Data:
+    case = _filled(params, "case")
+    assert case is not None
+    case["layer"] = {k: case.pop(k) for k in LAYER_KEYS_2}
+    return case
+
+
+def _v2_case_result(result: Data) -> Data:
+    out = _filled(result, "case result")
+    assert out is not None
+    out["case"] = _v2_case(out.pop("params"))
+    out["contention"] = _filled(out["contention"], "contention")
+    out["rounds"] = [{**r, "contention": _filled(r["contention"], "contention")} for r in out["rounds"]]
+    out["memory"] = _filled(out["memory"], "memory")
+    out["throughput"] = _filled(out["throughput"], "throughput")
     return out
+
+
+def _v2_verification(record: Data) -> Data:
+    out = {k: v for k, v in record.items() if k != "failures"}
+    out["case"] = _v2_case(out.pop("params"))
+    if "comparisons" in out:
+        out["comparisons"] = [
+            {k: v for k, v in c.items() if k != "grad_norm_rel"} for c in out["comparisons"]
+        ]
+    return out
+
+
+def _from_2(data: Data) -> Data:
+    """Version 2 -> 3 (module docstring)."""
+    out = _filled(data, "run")
+    assert out is not None
+    environment = _filled(out["environment"], "environment")
+    assert environment is not None
+    out["environment"] = environment
+    out["cases"] = [_v2_case_result(c) for c in out["cases"]]
+    out["verifications"] = [_v2_verification(v) for v in out["verifications"]]
+    return out
+
+
+STEPS: dict[int, tuple[str, Callable[[Data], Data]]] = {
+    1: ("the samples of each case become its one round", _from_1),
+    2: ("the layer nests in its case, keys added inside version 2 get the values they meant", _from_2),
+}
+"""Version -> (what converting it does, the step to the next version)."""
+
+UPGRADES = {version: summary for version, (summary, _) in STEPS.items()}
+"""Versions this module converts, and what converting them does."""
+
+
+def upgrade(data: Data) -> Data:
+    """A result file's contents in the current layout (SCHEMA_VERSION); `data` of a version in STEPS (else
+    unchanged). KeyError / TypeError / ValueError on a malformed file (load_result turns them into one
+    line)."""
+    version = data.get("schema_version")
+    while version in STEPS:
+        data = {**STEPS[version][1](data), "schema_version": version + 1}
+        version += 1
+    return data

@@ -8,24 +8,17 @@
 Writes are atomic (a temporary file in the same folder, then os.replace), so an interrupted run leaves a
 valid file holding every case finished so far; `bench run --resume FILE` continues it.
 
-Layout (schema_version 2): {schema_version, name, created_at, environment: {...}, suite: {...},
-scenarios: {name: definition}, schedule_seed, session, cases: [{params: {...case...}, status, error,
-rounds: [{samples_s: [rank][repeat], contention, wall_s, position, started_at}], estimate: {...},
-timing: {...}, memory: {...}, threads_per_rank, wall_s, finished_at}], verifications: [{kind, params, ...}],
-command: [argv...]}. Times are in seconds, memory in bytes. Each case keeps its samples per round (one
-round: one pool lifetime, bench.launch.pool); `estimate` is the round-level estimate with its confidence
-interval (bench.results.statistics), `timing` the statistics of every timed pass of every round together.
-`verifications` (the records of `bench verify`, see bench/results/verifications.py) and `command` (the argv
-of the run) are optional: files written before they existed load with none. docs/result-schema.json is the
-JSON Schema of the layout (bench.results.schema generates it).
-
-Schema 1 (one launch per case, `samples_s` on the case) is converted on reading: its samples become the
-case's one round, without an interval (bench.results.migrate).
+The records below are the one declaration of the layout: bench.records derives from them the JSON
+(field names as keys), its strict reading (every error with its file and line) and the JSON Schema
+(docs/result-schema.json, bench.results.schema). A RunResult holds its environment, the suite and each
+scenario's definition, then a case per line: the case (CaseResult.case), its rounds with their samples
+[rank][repeat], the estimate over rounds and the timing over every pass, memory, throughput and contention;
+then the `bench verify` records (bench/results/verifications.py). Times are in seconds, memory in bytes.
+Files of older schema versions are converted on reading, as bench.results.migrate lists.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -37,19 +30,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import ValidationError
 
-from bench.errors import FieldError, UserError
+from bench.errors import UserError
 from bench.measure.contention import Contention
 from bench.measure.timing import TimingSummary, rank_max
+from bench.records import RECORD_CONFIG, describe_error, from_json, to_dict
 from bench.results.env import Environment, now_iso
-from bench.results.migrate import UPGRADES, upgrade
+from bench.results.migrate import SCHEMA_VERSION, UPGRADES, upgrade
 from bench.results.paths import numbered_paths
 from bench.results.statistics import Estimate
-from bench.results.verifications import Verification, verification_from_dict
-from bench.suite.config import Case, check_fields
-
-SCHEMA_VERSION = 2
-"""Bump when the layout changes; load_result converts version 1 (bench.results.migrate), refuses others."""
+from bench.results.verifications import Verification
+from bench.suite.config import Case, SuiteConfig
 
 Status = Literal["ok", "failed", "skipped"]
 
@@ -78,7 +70,7 @@ class MemoryResult:
     """What the number counts."""
     device_used_bytes: list[int] | None = None
     """npu/cuda: each rank's device memory in use after the pass, inside torch's allocator or not (NCCL/HCCL
-    buffers, the context, cached blocks: mem_get_info's total - free); None on cpu and in older files."""
+    buffers, the context, cached blocks: mem_get_info's total - free); None on cpu."""
 
     @property
     def peak_mib(self) -> float:
@@ -98,7 +90,7 @@ class ThroughputResult:
     core's matmuls run in (bench.measure.throughput), GFLOP/s."""
     matmul_dtype: str | None = None
     """That dtype as the matmul runs it: fp32, tf32, bf16, fp16, fp64 (bench.measure.throughput.
-    matmul_dtype_name); None in files written before it was recorded (fp32 or fp64 then)."""
+    matmul_dtype_name); None where it was not recorded (bench.results.migrate)."""
 
     def achieved_gflops(self, median_s: float, cp: int) -> float:
         """Model GFLOP/s per rank at the case's median time (every rank holds 1/cp of the work)."""
@@ -132,26 +124,6 @@ class RoundResult:
     def contended(self) -> bool:
         return self.contention is not None and self.contention.contended
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "samples_s": self.samples_s,
-            "contention": None if self.contention is None else dataclasses.asdict(self.contention),
-            "wall_s": self.wall_s,
-            "position": self.position,
-            "started_at": self.started_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RoundResult:
-        contention = data.get("contention")
-        return cls(
-            samples_s=data["samples_s"],
-            contention=None if contention is None else Contention.from_dict(contention),
-            wall_s=data["wall_s"],
-            position=data["position"],
-            started_at=data["started_at"],
-        )
-
 
 def clean_rounds(rounds: Sequence[RoundResult]) -> list[RoundResult]:
     """The rounds an estimate uses: the uncontended ones, or all when none is (then the case's contention
@@ -164,8 +136,10 @@ def clean_rounds(rounds: Sequence[RoundResult]) -> list[RoundResult]:
 class CaseResult:
     """The outcome of one case, over its rounds."""
 
+    __pydantic_config__ = RECORD_CONFIG
+
     case: Case
-    """The case as it ran (its full configuration; `params` in the file)."""
+    """The case as it ran (its full configuration)."""
     status: Status
     """ok; failed (an exception, OOM, dead rank or timeout: `error`); skipped (not run: `error` says why)."""
     error: str | None = None
@@ -182,7 +156,7 @@ class CaseResult:
     threads_per_rank: int | None = None
     """torch threads each rank ran with (ok only)."""
     throughput: ThroughputResult | None = None
-    """Model FLOPs against the measured matmul limit (ok only; None in files written before it existed)."""
+    """Model FLOPs against the measured matmul limit (ok only)."""
     contention: Contention | None = None
     """The most shared of the rounds the estimate uses (ok only; None where unknown): contended only when
     every round was (`contended`)."""
@@ -218,61 +192,31 @@ class CaseResult:
         ranks = len(self.rounds[0].samples_s)
         return [[s for r in self.rounds for s in r.samples_s[rank]] for rank in range(ranks)]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "params": self.case.to_dict(),
-            "status": self.status,
-            "error": self.error,
-            "rounds": [r.to_dict() for r in self.rounds],
-            "estimate": None if self.estimate is None else dataclasses.asdict(self.estimate),
-            "timing": None if self.timing is None else dataclasses.asdict(self.timing),
-            "memory": None if self.memory is None else dataclasses.asdict(self.memory),
-            "threads_per_rank": self.threads_per_rank,
-            "throughput": None if self.throughput is None else dataclasses.asdict(self.throughput),
-            "contention": None if self.contention is None else dataclasses.asdict(self.contention),
-            "wall_s": self.wall_s,
-            "finished_at": self.finished_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
-        return cls(
-            case=Case.from_dict(data["params"]),
-            status=data["status"],
-            error=data["error"],
-            rounds=[RoundResult.from_dict(r) for r in data["rounds"]],
-            estimate=None if data["estimate"] is None else Estimate(**data["estimate"]),
-            timing=None if data["timing"] is None else TimingSummary(**data["timing"]),
-            memory=None if data["memory"] is None else MemoryResult(**data["memory"]),
-            threads_per_rank=data["threads_per_rank"],
-            throughput=None if data.get("throughput") is None else ThroughputResult(**data["throughput"]),
-            contention=None if data.get("contention") is None else Contention.from_dict(data["contention"]),
-            wall_s=data["wall_s"],
-            finished_at=data["finished_at"],
-        )
-
 
 @dataclass(kw_only=True, slots=True)
 class RunResult:
     """One result file."""
 
+    __pydantic_config__ = RECORD_CONFIG
+
+    schema_version: int = SCHEMA_VERSION
+    """The layout's version (bench.results.migrate holds its history)."""
     name: str
     """What ran: the scenario names joined by '+'."""
     environment: Environment
     """Code, machine and software identity."""
-    suite: dict[str, Any]
+    suite: SuiteConfig
     """The suite settings the run used (bench.yaml plus --set)."""
     scenarios: dict[str, dict[str, Any]]
     """Each scenario's definition (after --set), by name: what makes two runs comparable."""
     cases: list[CaseResult] = field(default_factory=list)
     """In the order they finished."""
     created_at: str = field(default_factory=now_iso)
-    schema_version: int = SCHEMA_VERSION
     verifications: list[Verification] = field(default_factory=list)
     """`bench verify` records (layer comparisons, training trajectories), in the order they finished."""
     command: list[str] | None = None
     """The command line that made the run, as argv (`["bench", "run", "cpu-smoke", "--set", "repeat=3"]`);
-    None in files written before it was recorded, and for runs not made by `bench run` or `bench verify`."""
+    None for runs not made by `bench run` or `bench verify`."""
     schedule_seed: int | None = None
     """Seed of the shuffled order of every round (bench.launch.schedule); None in runs without rounds."""
     session: str | None = None
@@ -286,37 +230,6 @@ class RunResult:
         """Cases ok so far (possibly with rounds still to run: CaseResult.rounds against case.rounds)."""
         return {c.key for c in self.cases if c.status == "ok"}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "name": self.name,
-            "created_at": self.created_at,
-            "environment": self.environment.to_dict(),
-            "suite": self.suite,
-            "scenarios": self.scenarios,
-            "cases": [c.to_dict() for c in self.cases],
-            "verifications": [v.to_dict() for v in self.verifications],
-            "command": self.command,
-            "schedule_seed": self.schedule_seed,
-            "session": self.session,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        return cls(
-            schema_version=data["schema_version"],
-            name=data["name"],
-            created_at=data["created_at"],
-            environment=Environment.from_dict(data["environment"]),
-            suite=data["suite"],
-            scenarios=data["scenarios"],
-            cases=[CaseResult.from_dict(c) for c in data["cases"]],
-            verifications=[verification_from_dict(v) for v in data.get("verifications", [])],
-            command=data.get("command"),
-            schedule_seed=data.get("schedule_seed"),
-            session=data.get("session"),
-        )
-
 
 def load_result(path: str | Path) -> RunResult:
     """Read a result file; UserError (with what to do) if it is missing, unreadable (a folder, not text, no
@@ -325,7 +238,8 @@ def load_result(path: str | Path) -> RunResult:
     if path.exists() and not (path.is_file() or path.is_dir()):  # a device or pipe: reading may never end
         raise UserError(f"{path}: not a regular file; give a result file that `bench run` wrote")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
     except FileNotFoundError:
         raise UserError(
             f"{path}: no such result file; give a file that `bench run` wrote (see results/)"
@@ -353,42 +267,24 @@ def load_result(path: str | Path) -> RunResult:
             f"writes {SCHEMA_VERSION}); re-run its scenarios with this bench (`bench run`), or read it with "
             "the bench version that wrote it"
         )
-    try:
-        run = RunResult.from_dict(upgrade(data))
-        _check_types(run)
-    except FieldError as exc:
-        raise UserError(
-            f"{path}: {exc.key}: {exc.message.split('; ')[0]}; give a file that `bench run` wrote (or "
-            "correct that value)"
-        ) from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UserError(
-            f"{path}: not a bench result file of schema {SCHEMA_VERSION} ({type(exc).__name__}: {exc}); "
-            "give a file that `bench run` wrote"
-        ) from None
-    return run
-
-
-def _check_types(run: RunResult) -> None:
-    """FieldError("cases[i].timing.median_s", ...) for a value that its field's annotation does not allow
-    (e.g. `median_s: "fast"`), so that a bad file is refused on reading instead of failing in a table."""
-    command = run.command
-    if command is not None and not (isinstance(command, list) and all(isinstance(a, str) for a in command)):
-        raise FieldError(
-            "command", f"expected a list of strings (argv) or null, got {command!r}; fix the value"
-        )
-    parts: list[tuple[str, Any]] = [("environment", run.environment)]
-    for i, c in enumerate(run.cases):
-        parts += [(f"cases[{i}]", c), (f"cases[{i}].timing", c.timing), (f"cases[{i}].memory", c.memory)]
-        parts += [(f"cases[{i}].throughput", c.throughput), (f"cases[{i}].estimate", c.estimate)]
-        parts += [(f"cases[{i}].rounds[{j}]", r) for j, r in enumerate(c.rounds)]
-    for where, record in parts:
-        if record is None:
-            continue
+    converted = ""
+    if version != SCHEMA_VERSION:
         try:
-            check_fields(record)
-        except FieldError as exc:
-            raise FieldError(f"{where}.{exc.key}", exc.message) from None
+            text = json.dumps(upgrade(data))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UserError(
+                f"{path}: not a bench result file of schema {version} ({type(exc).__name__}: {exc}); give a "
+                "file that `bench run` wrote"
+            ) from None
+        converted = f" (converted from schema {version})"
+    try:
+        return from_json(RunResult, text)
+    except ValidationError as exc:
+        line, problem = describe_error(exc, text)
+        where = f"{path}:{line}" if line is not None and not converted else str(path)
+        raise UserError(
+            f"{where}: {problem}{converted}; give a file that `bench run` wrote (or correct that value)"
+        ) from None
 
 
 def _umask() -> int:
@@ -431,7 +327,7 @@ def save_result(run: RunResult, path: str | Path, *, new: bool = False) -> None:
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; results are shared like any file
         with os.fdopen(fd, "w") as f:
-            f.write(result_text(run.to_dict()))
+            f.write(result_text(to_dict(run)))
             f.flush()
             os.fsync(f.fileno())
         if new:

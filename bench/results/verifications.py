@@ -6,23 +6,24 @@
   global gradient norm of both, and whether every parameter was bit-identical before step 0.
 
 Failures are computed from the stored numbers and bars (`failures()`), so a record cannot disagree with
-itself; `to_dict` also writes them out for people reading the file. Error growth over a trajectory is
+itself; `passed` is also written out for people reading the file. Error growth over a trajectory is
 `error_growth` (see its docstring for the criterion).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 import torch
+from pydantic import Field, computed_field
 
+from bench.records import DROP_DERIVED
 from bench.results.env import now_iso
-from bench.suite.config import Case
-from gdn_cp.accuracy import ErrorStats, LayerComparison, Thresholds, TrainThresholds
+from bench.suite.config import Case, TrainSettings
+from gdn_cp.accuracy import LayerComparison, Thresholds, TrainThresholds
 
 VerifyStatus = Literal["ok", "failed", "skipped"]
 """ok: the case ran (whether it passed is `passed`); failed: a rank raised, died or timed out (`error`);
@@ -35,18 +36,6 @@ GROWTH_FLOOR = 4 * torch.finfo(torch.float32).eps
 """Relative errors below this (about 4.8e-7) are fp32 rounding of the loss itself; growth compares
 max(error, floor), so that exact agreement at the start (an error of 0) does not make noise look like
 growth."""
-
-
-def comparison_from_dict(data: dict[str, Any]) -> LayerComparison:
-    """The inverse of LayerComparison.to_dict (its derived grad_norm_rel is recomputed, not read)."""
-    return LayerComparison(
-        output=ErrorStats(**data["output"]),
-        input_grad=ErrorStats(**data["input_grad"]),
-        params={name: ErrorStats(**s) for name, s in data["params"].items()},
-        grad_norm_ref=data["grad_norm_ref"],
-        grad_norm_cp=data["grad_norm_cp"],
-        missing_grads=list(data["missing_grads"]),
-    )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,8 +57,10 @@ class LayerVerification:
     wall_s: float = 0.0
     """Wall time of the launch."""
     finished_at: str = field(default_factory=now_iso)
+    kind: Literal["layer"] = "layer"
+    """The record's kind: a layer comparison."""
 
-    kind = "layer"
+    _derived = DROP_DERIVED
 
     @property
     def key(self) -> str:
@@ -83,37 +74,11 @@ class LayerVerification:
         out = [(seed, c.failures(bars)) for seed, c in zip(self.seeds, self.comparisons, strict=True)]
         return [(seed, f) for seed, f in out if f]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def passed(self) -> bool:
+        """ok and no metric above its bar (derived)."""
         return self.status == "ok" and not self.failures()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "params": self.case.to_dict(),
-            "status": self.status,
-            "passed": self.passed,
-            "seeds": list(self.seeds),
-            "thresholds": dict(self.thresholds),
-            "comparisons": [c.to_dict() for c in self.comparisons],
-            "failures": {str(seed): f for seed, f in self.failures()},
-            "error": self.error,
-            "wall_s": self.wall_s,
-            "finished_at": self.finished_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LayerVerification:
-        return cls(
-            case=Case.from_dict(data["params"]),
-            status=data["status"],
-            seeds=list(data["seeds"]),
-            comparisons=[comparison_from_dict(c) for c in data["comparisons"]],
-            thresholds=dict(data["thresholds"]),
-            error=data["error"],
-            wall_s=data["wall_s"],
-            finished_at=data["finished_at"],
-        )
 
 
 def relative_errors(actual: Sequence[float], reference: Sequence[float]) -> list[float]:
@@ -171,16 +136,18 @@ class TrainVerification(Trajectory):
     """ok or failed (see VerifyStatus)."""
     steps: int
     """Optimizer steps."""
-    settings: dict[str, Any] = field(default_factory=dict)
-    """The model and optimizer settings (bench.suite.config.TrainSettings as YAML keys)."""
+    settings: TrainSettings = field(default_factory=TrainSettings)
+    """The model and optimizer settings."""
     thresholds: dict[str, float] = field(default_factory=dict)
     """The bars that applied (the fields of gdn_cp.accuracy.TrainThresholds)."""
     error: str | None = None
     """failed: the first failing rank and its error; skipped: why."""
     wall_s: float = 0.0
     finished_at: str = field(default_factory=now_iso)
+    kind: Literal["train"] = "train"
+    """The record's kind: a training trajectory."""
 
-    kind = "train"
+    _derived = DROP_DERIVED
 
     @property
     def key(self) -> str:
@@ -236,40 +203,12 @@ class TrainVerification(Trajectory):
                 out.append(f"{name} {worst:.3e} > {bar:.1e} (step {step})")
         return out
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def passed(self) -> bool:
+        """ok and no failed check (derived)."""
         return self.status == "ok" and not self.failures()
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "kind": self.kind,
-            "params": self.case.to_dict(),
-            "passed": self.passed,
-            "failures": self.failures(),
-        }
-        for f in dataclasses.fields(self):
-            if f.name != "case":
-                out[f.name] = getattr(self, f.name)
-        return out
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainVerification:
-        names = {f.name for f in dataclasses.fields(cls)} - {"case"}
-        return cls(case=Case.from_dict(data["params"]), **{k: v for k, v in data.items() if k in names})
-
-
-Verification = LayerVerification | TrainVerification
-"""Any record of `bench verify`."""
-
-RECORD_KINDS: dict[str, type[LayerVerification] | type[TrainVerification]] = {
-    "layer": LayerVerification,
-    "train": TrainVerification,
-}
-
-
-def verification_from_dict(data: dict[str, Any]) -> Verification:
-    """A stored record, by its `kind`; ValueError for a kind this bench does not know."""
-    kind = data.get("kind")
-    if kind not in RECORD_KINDS:
-        raise ValueError(f"unknown verification kind {kind!r}")
-    return RECORD_KINDS[kind].from_dict(data)
+Verification = Annotated[LayerVerification | TrainVerification, Field(discriminator="kind")]
+"""Any record of `bench verify`, told apart by its `kind`."""

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, Literal
 
+from pydantic import computed_field
+
 from bench.errors import FieldError
+from bench.records import DROP_DERIVED, RECORD_CONFIG, to_dict
 from bench.suite.documents import Documents, parse_documents
-from bench.suite.fields import check_fields, config_fields, require_positive, yaml_key, yaml_keys
+from bench.suite.fields import check_fields, require_positive, yaml_key
 from bench.suite.thresholds import Bars, ThresholdSpec
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, ModeName
@@ -51,16 +54,9 @@ DEFAULT_ROUNDS = 5
 interval with some power (t_{0.975, 2} = 4.3; two rounds: 12.7); five (t_{0.975, 4} = 2.8, over sqrt(5))
 narrow it about 2.5x, and rounds are cheap: a pool starts in tens of milliseconds."""
 
-MODEL_KEYS: tuple[str, ...] = (
-    "hidden_size",
-    "num_k_heads",
-    "num_v_heads",
-    "head_k_dim",
-    "head_v_dim",
-    "conv_kernel_size",
-    "chunk_size",
-)
-"""Scenario fields that are GatedDeltaNetConfig fields of the same name."""
+LAYER_KEYS = tuple(f.name for f in dataclasses.fields(GatedDeltaNetConfig) if f.name != "dtype")
+"""The keys of a scenario file that set its layer (Scenario.layer: GatedDeltaNetConfig's fields; the dtype is
+swept, Scenario.dtype)."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -103,9 +99,6 @@ class SuiteConfig:
         require_positive(self, "repeat", "rounds", "threads_per_rank")
         if self.timeout_s <= 0:
             raise FieldError("timeout_s", f"must be > 0 seconds, got {self.timeout_s}; e.g. timeout_s: 600")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -240,13 +233,12 @@ class TrainSettings:
                 f"({self.num_key_value_heads}); choose a multiple",
             )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
-
 
 @dataclass(kw_only=True, slots=True)
 class Scenario:
     """One scenario file: a model and the lists to sweep over it."""
+
+    __pydantic_config__ = RECORD_CONFIG
 
     name: str
     """The file name without .yaml (not a YAML key)."""
@@ -254,22 +246,12 @@ class Scenario:
     """One line: what the scenario measures and why."""
     device: Device | None = None
     """Where it runs; null: the suite's device. `bench run --device` overrides both."""
-    hidden_size: int
-    """Model width."""
-    num_k_heads: int
-    """Query/key heads (Hk)."""
-    num_v_heads: int
-    """Value heads (Hv), a multiple of num_k_heads."""
-    head_k_dim: int
-    """Query/key head dim (K)."""
-    head_v_dim: int
-    """Value head dim (V)."""
-    conv_kernel_size: int = 4
-    """Depthwise causal Conv1D width."""
-    chunk_size: int = 64
-    """Chunk size of the chunked GDN."""
-    dtype: str | list[str] = "fp32"
-    """Parameter and activation dtype: fp32, bf16, fp16, fp64 (or their long names); a list sweeps several
+    layer: GatedDeltaNetConfig
+    """The layer's sizes (its fields are top-level keys of the file: hidden_size, num_k_heads, num_v_heads,
+    head_k_dim, head_v_dim, conv_kernel_size, rms_norm_eps, chunk_size); its dtype is each case's, `dtype`."""
+    dtype: str | list[str] | None = None
+    """Parameter and activation dtype: fp32, bf16, fp16, fp64 (or their long names), null: the layer's (fp32
+    unless a Python caller's layer says otherwise); a list sweeps several
     (each case takes one, and case ids then end with it: `p2p-ckpt-cp2-T128-fwd_bwd-bf16`)."""
     precision: Precision = "fp32"
     """How the layer's fp32 matmuls run on a device: fp32 (TF32 off), or tf32 (TF32 on a GPU, HF32 on an
@@ -300,16 +282,10 @@ class Scenario:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require_positive(self, *MODEL_KEYS, "batch", "repeat", "rounds")
+        require_positive(self, "batch", "repeat", "rounds")
         if self.warmup is not None and self.warmup < 0:
             raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
-        if self.num_v_heads % self.num_k_heads:
-            raise FieldError(
-                "num_v_heads",
-                f"{self.num_v_heads} is not a multiple of num_k_heads ({self.num_k_heads}); each key head "
-                "serves num_v_heads // num_k_heads value heads, so choose a multiple",
-            )
-        dtypes = self.dtype if isinstance(self.dtype, list) else [self.dtype]
+        dtypes = self.dtypes
         if not dtypes:
             raise FieldError("dtype", "the list is empty; give at least one dtype, e.g. dtype: [fp32, bf16]")
         for dtype in dtypes:
@@ -358,13 +334,14 @@ class Scenario:
 
     @property
     def dtypes(self) -> list[str]:
-        """The dtype names the scenario sweeps, as it spells them."""
+        """The dtype names the scenario sweeps, as it spells them (the layer's when it names none)."""
+        if self.dtype is None:
+            return [dtype_name(self.layer.dtype)]
         return list(self.dtype) if isinstance(self.dtype, list) else [self.dtype]
 
     def layer_config(self, dtype: str | None = None) -> GatedDeltaNetConfig:
         """The layer at `dtype` (default: the scenario's first dtype)."""
-        dtype = self.dtypes[0] if dtype is None else dtype
-        return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(dtype))
+        return dataclasses.replace(self.layer, dtype=self.dtypes[0] if dtype is None else dtype)
 
     def bars(self, dtype: str) -> Bars:
         """`bench verify`'s pass bars for cases of `dtype` (bench/thresholds.py)."""
@@ -379,8 +356,7 @@ class Scenario:
         of every sweep; per point the order is checkpoint, overlap, layout, documents, pass (overlap only at
         cp > 1, where there is an exchange to overlap).
         """
-        common = {k: getattr(self, k) for k in MODEL_KEYS}
-        common.update(
+        common: dict[str, Any] = dict(
             scenario=self.name,
             batch=self.batch,
             seed=self.seed,
@@ -418,7 +394,7 @@ class Scenario:
                             cp=cp,
                             seq_len=seq_len,
                             pass_=pass_,
-                            dtype=dtype,
+                            layer=self.layer_config(dtype),
                             layout=layout,
                             documents=documents,
                             **common,
@@ -427,19 +403,22 @@ class Scenario:
         return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
-        """The scenario as YAML keys (its definition, stored with results so that runs can be compared)."""
-        out = {yaml_key(f.name): getattr(self, f.name) for f in config_fields(self) if f.name != "sweep"}
-        out.update({yaml_key(k): v for k, v in dataclasses.asdict(self.sweep).items() if v is not None})
-        out["sweeps"] = [
-            {yaml_key(k): v for k, v in dataclasses.asdict(s).items() if v is not None} for s in self.sweeps
-        ]
-        out["train"] = None if self.train is None else self.train.to_dict()
+        """The scenario as the keys of its file (its definition, stored with results so that runs can be
+        compared): the layer's and the top-level sweep's keys at the top, unset sweep lists left out."""
+        out = to_dict(self)
+        del out["name"]
+        out.update({k: v for k, v in out.pop("layer").items() if k != "dtype"})
+        out["dtype"] = self.dtypes if isinstance(self.dtype, list) else self.dtypes[0]
+        out.update({k: v for k, v in out.pop("sweep").items() if v is not None})
+        out["sweeps"] = [{k: v for k, v in sweep.items() if v is not None} for sweep in out["sweeps"]]
         return out
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Case:
     """One point of a sweep: `cp` ranks time `pass_` of `mode` on a global sequence of `seq_len` tokens."""
+
+    __pydantic_config__ = RECORD_CONFIG
 
     scenario: str
     """Name of the scenario it came from."""
@@ -453,22 +432,8 @@ class Case:
     """Global sequence length; each rank holds seq_len // cp tokens."""
     pass_: Pass
     """The timed pass (JSON key `pass`)."""
-    hidden_size: int
-    """Model width."""
-    num_k_heads: int
-    """Hk."""
-    num_v_heads: int
-    """Hv."""
-    head_k_dim: int
-    """K."""
-    head_v_dim: int
-    """V."""
-    conv_kernel_size: int
-    """Conv1D width."""
-    chunk_size: int
-    """GDN chunk size."""
-    dtype: str
-    """Dtype name as the scenario spells it."""
+    layer: GatedDeltaNetConfig
+    """The layer, in the case's dtype."""
     batch: int
     """B."""
     seed: int
@@ -478,7 +443,7 @@ class Case:
     repeat: int
     """Timed passes per round."""
     rounds: int = 1
-    """Rounds (separate lifetimes of the ranks); 1 in files written before rounds existed."""
+    """Rounds (separate lifetimes of the ranks)."""
     dtype_in_id: bool = False
     """The scenario sweeps several dtypes, so the case id ends with the dtype (`...-fwd_bwd-bf16`)."""
     layout: Layout = DEFAULT_LAYOUT
@@ -487,15 +452,13 @@ class Case:
     """Packed documents (bench.suite.documents; their global boundaries are the layer's cu_seqlens), or
     null: unpacked sequences."""
     overlap: bool = False
-    """The summary exchange overlapped with the outputs' state-free part (modes with a summary, cp > 1);
-    false in files written before it existed."""
+    """The summary exchange overlapped with the outputs' state-free part (modes with a summary, cp > 1)."""
     precision: Precision = "fp32"
-    """How the layer's fp32 matmuls ran on the device (gdn_cp.dtypes.Precision); fp32 in files written
-    before it existed."""
+    """How the layer's fp32 matmuls ran on the device (gdn_cp.dtypes.Precision)."""
+
+    _derived = DROP_DERIVED
 
     def __post_init__(self) -> None:
-        # from_dict hands the stored mapping; Scenario.cases a Documents
-        object.__setattr__(self, "documents", parse_documents(self.documents))
         check_fields(self)
         if self.documents is not None:
             if self.batch != 1:
@@ -507,10 +470,18 @@ class Case:
             except FieldError as exc:
                 raise FieldError("documents", f"{exc.key}: {exc.message}") from None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def local_seq_len(self) -> int:
+        """Tokens per rank: seq_len // cp (derived)."""
         return self.seq_len // self.cp
 
+    @property
+    def dtype(self) -> str:
+        """The layer's dtype by its short name (fp32, bf16, fp16, fp64)."""
+        return dtype_name(self.layer.dtype)
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def case_id(self) -> str:
         """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`; with a dtype
@@ -520,7 +491,7 @@ class Case:
         contiguous layout without documents are what they always were)."""
         ckpt = "" if self.checkpoint is None else ("-ckpt" if self.checkpoint else "-nockpt")
         ckpt += "-overlap" if self.overlap else ""
-        dtype = f"-{dtype_name(to_dtype(self.dtype))}" if self.dtype_in_id else ""
+        dtype = f"-{self.dtype}" if self.dtype_in_id else ""
         dtype += "" if self.precision == "fp32" else f"-{self.precision}"
         return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}{self.input_tag}-{PASS_TAGS[self.pass_]}{dtype}"
 
@@ -539,13 +510,10 @@ class Case:
         """Identity across runs (resume, compare): scenario and case id."""
         return f"{self.scenario}/{self.case_id}"
 
-    def layer_config(self) -> GatedDeltaNetConfig:
-        return GatedDeltaNetConfig(**{k: getattr(self, k) for k in MODEL_KEYS}, dtype=to_dtype(self.dtype))
-
     def comm_case(self, rank: int) -> CommCase:
         """What the communication model reads of this case for one of its ranks."""
         return CommCase(
-            self.layer_config(),
+            self.layer,
             cp=self.cp,
             rank=rank,
             seq_len=self.seq_len,
@@ -563,16 +531,3 @@ class Case:
             return 0
         bounds = self.cu_seqlens()
         return self.batch if bounds is None else len(bounds) - 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form with YAML key names (`pass`), plus the derived case_id and local_seq_len."""
-        out = {"case_id": self.case_id}
-        out.update({yaml_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)})
-        out["documents"] = None if self.documents is None else self.documents.to_dict()
-        out["local_seq_len"] = self.local_seq_len
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Case:
-        keys = yaml_keys(cls)
-        return cls(**{keys[k]: v for k, v in data.items() if k in keys})

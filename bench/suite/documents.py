@@ -17,7 +17,6 @@ seeded sequence Python keeps stable).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -92,9 +91,6 @@ class Documents:
     def bounds(self, seq_len: int) -> list[int]:
         """[count + 1] global boundaries 0 = b[0] < ... < b[count] = seq_len (the layer's cu_seqlens)."""
         return [0, *accumulate(self.document_lengths(seq_len))]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _share(total: int, weights: list[float]) -> list[int]:

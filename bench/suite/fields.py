@@ -15,11 +15,7 @@ import typing
 from typing import Any, Literal, get_args, get_origin
 
 from bench.errors import FieldError
-
-
-def yaml_key(field_name: str) -> str:
-    """The YAML spelling of a field: `pass_` -> `pass`."""
-    return field_name.rstrip("_")
+from bench.records import yaml_key
 
 
 def config_fields(cls_or_obj: Any) -> tuple[dataclasses.Field, ...]:
@@ -107,6 +103,16 @@ def check_fields(obj: Any) -> None:
     for f in config_fields(obj):
         value = check_value(yaml_key(f.name), hints[f.name], getattr(obj, f.name))
         object.__setattr__(obj, f.name, value)
+
+
+def check_mapping(cls: type, values: dict[str, Any]) -> None:
+    """FieldError for the first of `values` (YAML key -> value) that its field of `cls` does not allow: the
+    check a class makes itself in __post_init__ (check_fields), for a class that makes none (a library
+    config)."""
+    hints, names = _hints(cls), yaml_keys(cls)
+    for key, value in values.items():
+        if key in names:
+            check_value(key, hints[names[key]], value)
 
 
 def require_positive(obj: Any, *names: str) -> None:

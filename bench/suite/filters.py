@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from bench.errors import UserError, suggest
 from bench.suite.config import Case
 from bench.suite.documents import documents_tag
+from bench.suite.fields import yaml_keys
 
 FILTER_FIELDS = (
     "case_id",
@@ -36,10 +37,14 @@ FILTER_FIELDS = (
 )
 
 
+CASE_FIELDS = yaml_keys(Case)
+"""A filter's field name -> the Case attribute (`pass` -> `pass_`); derived ones (dtype) are spelled alike."""
+
+
 def _field_text(case: Case, name: str) -> str:
     if name == "documents":
         return documents_tag(case.documents)
-    value = case.to_dict()[name]
+    value = getattr(case, CASE_FIELDS.get(name, name))
     if isinstance(value, bool) or value is None:
         return str(value).lower()  # true, false, none: as YAML spells them
     return str(value)

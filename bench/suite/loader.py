@@ -25,7 +25,9 @@ from typing import Any
 import yaml
 
 from bench.errors import FieldError, UserError, first_line, suggest
-from bench.suite.config import Scenario, SuiteConfig, Sweep, TrainSettings, yaml_key, yaml_keys
+from bench.suite.config import LAYER_KEYS, Scenario, SuiteConfig, Sweep, TrainSettings
+from bench.suite.fields import check_mapping, yaml_key, yaml_keys
+from gdn_cp import GatedDeltaNetConfig
 
 SUITE_FILE = "bench.yaml"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -46,8 +48,12 @@ INIT_FIX = (
 SUITE_KEYS = yaml_keys(SuiteConfig)
 SWEEP_KEYS = yaml_keys(Sweep)
 TRAIN_KEYS = yaml_keys(TrainSettings)
-SCENARIO_KEYS = {k: f for k, f in yaml_keys(Scenario).items() if k not in ("name", "sweep")} | SWEEP_KEYS
-"""YAML keys of a scenario file: its own fields, the top-level sweep lists, and `sweeps`."""
+SCENARIO_KEYS = (
+    {k: f for k, f in yaml_keys(Scenario).items() if k not in ("name", "sweep", "layer")}
+    | SWEEP_KEYS
+    | {k: k for k in LAYER_KEYS}
+)
+"""YAML keys of a scenario file: its own fields, the top-level sweep lists, `sweeps`, and the layer's."""
 LENGTH_KEYS = ("seq_len", "local_seq_len")
 
 
@@ -248,9 +254,15 @@ def _build(cls: type, fields: dict[str, Any], locate: Locator, prefix: tuple = (
     """cls(**fields) with YAML keys mapped to field names; a FieldError becomes a located ConfigError."""
     names = yaml_keys(cls)
     try:
+        check_mapping(cls, fields)  # a wrong type, before a class that does not check types sees it
         return cls(**{names[k]: v for k, v in fields.items()})
     except FieldError as exc:
         raise locate.error((*prefix, exc.key), f"{label}{exc.key}", exc.message) from None
+    except ValueError as exc:  # a library config's check: "GatedDeltaNetConfig.hidden_size must be ..."
+        field, _, problem = str(exc).removeprefix(f"{cls.__name__}.").partition(" ")
+        if field not in names:
+            raise
+        raise locate.error((*prefix, field), f"{label}{field}", problem) from None
     except (
         TypeError
     ) as exc:  # a required field is missing: "... missing 1 required ... argument: 'hidden_size'"
@@ -407,8 +419,10 @@ def read_scenario(path: Path, overrides: Iterable[Override] = ()) -> tuple[Scena
         _check_keys(entry, SWEEP_KEYS, locate, ("sweeps", i), label)
         sweeps.append(_build(Sweep, entry, locate, ("sweeps", i), label))
     top = _build(Sweep, {k: data.pop(k) for k in list(data) if k in SWEEP_KEYS}, locate)
+    layer = _build(GatedDeltaNetConfig, {k: data.pop(k) for k in list(data) if k in LAYER_KEYS}, locate)
     train = data.get("train")
     if isinstance(train, dict):
         _check_keys(train, TRAIN_KEYS, locate, ("train",), "train.")
         data["train"] = _build(TrainSettings, train, locate, ("train",), "train.")
-    return _build(Scenario, {**data, "name": path.stem, "sweep": top, "sweeps": sweeps}, locate), locate
+    fields = {**data, "name": path.stem, "layer": layer, "sweep": top, "sweeps": sweeps}
+    return _build(Scenario, fields, locate), locate

@@ -13,7 +13,6 @@ from bench.results.verifications import (
     Trajectory,
     Verification,
     error_growth,
-    verification_from_dict,
 )
 from bench.verification.layer_rank import LayerHook, compare_on_rank
 from bench.verification.tables import verification_tables
@@ -29,6 +28,5 @@ __all__ = [
     "error_growth",
     "print_tables",
     "train_on_rank",
-    "verification_from_dict",
     "verification_tables",
 ]

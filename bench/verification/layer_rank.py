@@ -40,7 +40,7 @@ def compare_on_rank(
     device = platform.device(local_rank())
     return [
         compare_layer_under_cp(
-            case.layer_config(),
+            case.layer,
             mode=case.mode,
             checkpoint_summary=bool(case.checkpoint),
             seq_len=case.seq_len,

@@ -46,7 +46,7 @@ def margin(x: float) -> str:
 
 
 def _dims(key: GroupKey, record: Verification) -> str:
-    c = record.case
+    c = record.case.layer
     return (
         f"{_short(key)}, batch {key.batch} "
         f"(hidden {c.hidden_size}, K/V heads {c.num_k_heads}/{c.num_v_heads}, "
@@ -174,9 +174,9 @@ def train_table(group: TrainGroup) -> TableData:
     table = TableData(
         title=(
             f"{_dims(group.key, first)}: {group.steps}-step training, layers "
-            f"{'/'.join(t.split('_')[0] for t in s.get('layer_types', []))}, AdamW lr {s.get('lr'):g} "
-            f"wd {s.get('weight_decay'):g}, gradients summed by {reductions}, "
-            f"{s.get('master_weights', 'model')} master weights"
+            f"{'/'.join(t.split('_')[0] for t in s.layer_types)}, AdamW lr {s.lr:g} "
+            f"wd {s.weight_decay:g}, gradients summed by {reductions}, "
+            f"{s.master_weights} master weights"
         ),
         headers=headers,
         numeric=set(range(len(headers) - 6, len(headers) - 2)),

@@ -36,7 +36,6 @@ from torch import nn
 from bench.results.verifications import Trajectory
 from bench.suite.config import Case, TrainSettings
 from gdn_cp.distributed import all_reduce_gradients, local_rank, resolve_platform, shard_sequence
-from gdn_cp.dtypes import to_dtype
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
 
 
@@ -45,18 +44,18 @@ def hybrid_config(case: Case, settings: TrainSettings) -> Qwen35HybridConfig:
     parameters in fp32 with fp32 master weights, else in the case's dtype."""
     return Qwen35HybridConfig(
         vocab_size=settings.vocab_size,
-        hidden_size=case.hidden_size,
+        hidden_size=case.layer.hidden_size,
         intermediate_size=settings.intermediate_size,
         layer_types=tuple(settings.layer_types),
         num_attention_heads=settings.num_attention_heads,
         num_key_value_heads=settings.num_key_value_heads,
         head_dim=settings.head_dim,
-        linear_num_key_heads=case.num_k_heads,
-        linear_num_value_heads=case.num_v_heads,
-        linear_key_head_dim=case.head_k_dim,
-        linear_value_head_dim=case.head_v_dim,
-        linear_conv_kernel_dim=case.conv_kernel_size,
-        chunk_size=case.chunk_size,
+        linear_num_key_heads=case.layer.num_k_heads,
+        linear_num_value_heads=case.layer.num_v_heads,
+        linear_key_head_dim=case.layer.head_k_dim,
+        linear_value_head_dim=case.layer.head_v_dim,
+        linear_conv_kernel_dim=case.layer.conv_kernel_size,
+        chunk_size=case.layer.chunk_size,
         dtype="fp32" if settings.master_weights == "fp32" else case.dtype,
     )
 
@@ -186,7 +185,7 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
     torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
     model = Qwen35Hybrid(config).to(device)
     reference = copy.deepcopy(model) if rank == 0 else None
-    compute_dtype = to_dtype(case.dtype)
+    compute_dtype = case.layer.dtype
     mixed = config.dtype != compute_dtype  # fp32 master weights, a lower compute dtype
 
     reduction = resolve_grad_reduction(settings.grad_reduction)

@@ -11,7 +11,7 @@ handed to the mode, and parameters keep their names and full shapes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -29,7 +29,7 @@ from gdn_cp.ops import (
 )
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, frozen=True)
 class GatedDeltaNetConfig:
     """Sizes of one GDN layer. Names follow the layer; `from_hf_config` maps a transformers Qwen3.5 config."""
 
@@ -53,26 +53,19 @@ class GatedDeltaNetConfig:
     """Parameter dtype; a torch.dtype or a name such as "bf16"."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "num_k_heads",
-            "num_v_heads",
-            "head_k_dim",
-            "head_v_dim",
-            "conv_kernel_size",
-            "chunk_size",
-        ):
+        for name in (f.name for f in fields(self) if f.type == "int"):  # every size: a positive integer
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"GatedDeltaNetConfig.{name} must be a positive integer, got {value!r}")
         if self.num_v_heads % self.num_k_heads:
             raise ValueError(
-                f"GatedDeltaNetConfig.num_v_heads ({self.num_v_heads}) must be a multiple of num_k_heads "
-                f"({self.num_k_heads}): each key head serves num_v_heads // num_k_heads value heads"
+                f"GatedDeltaNetConfig.num_v_heads {self.num_v_heads} is not a multiple of num_k_heads "
+                f"({self.num_k_heads}); each key head serves num_v_heads // num_k_heads value heads, so "
+                "choose a multiple"
             )
         if not self.rms_norm_eps > 0:
             raise ValueError(f"GatedDeltaNetConfig.rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
-        self.dtype = to_dtype(self.dtype, "GatedDeltaNetConfig.dtype")
+        object.__setattr__(self, "dtype", to_dtype(self.dtype, "GatedDeltaNetConfig.dtype"))  # frozen
 
     @property
     def key_dim(self) -> int:

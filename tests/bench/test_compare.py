@@ -29,7 +29,7 @@ from bench.results.comparison import comparability, compare_runs, look_rounds
 from bench.results.env import Environment
 from bench.results.statistics import estimate
 from bench.results.store import CaseResult, MemoryResult, RoundResult, RunResult, load_result, save_result
-from bench.suite.config import Case
+from bench.suite.config import Case, SuiteConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
@@ -90,8 +90,7 @@ def case(mode: str = "p2p", seq_len: int = 64, warmup: int = 1) -> Case:
         cp=2,
         seq_len=seq_len,
         pass_="forward",
-        **TINY_LAYER,
-        conv_kernel_size=4,
+        layer=TINY_LAYER,
         batch=1,
         seed=0,
         warmup=warmup,
@@ -136,7 +135,7 @@ def run_of(*results: CaseResult, env: Environment | None = None, **scenario_chan
     return RunResult(
         name="synthetic",
         environment=env or environment(),
-        suite={},
+        suite=SuiteConfig(),
         scenarios={"synthetic": {**SCENARIO, **scenario_changes}},
         cases=list(results),
     )
@@ -586,7 +585,7 @@ def stand_in(
             run = RunResult(
                 name="tiny",
                 environment=environment(git_commit=checkout.side.commit),
-                suite={},
+                suite=SuiteConfig(),
                 scenarios={"tiny": yaml.safe_load(scenario_file.read_text()) | {"name": "tiny"}},
                 session=staged.session,
             )

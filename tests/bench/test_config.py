@@ -8,24 +8,20 @@ from typing import get_args
 import pytest
 
 from bench.errors import FieldError
+from bench.records import from_dict, to_dict
 from bench.suite.config import Case, Device, Mode, Scenario, SuiteConfig, Sweep
+from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DEVICES, MODES
 from gdn_cp.layers import GatedDeltaNet
 
-MODEL = {
-    "hidden_size": 64,
-    "num_k_heads": 2,
-    "num_v_heads": 4,
-    "head_k_dim": 16,
-    "head_v_dim": 16,
-}
+LAYER = GatedDeltaNetConfig(hidden_size=64, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
 
 
 def scenario(**kw) -> Scenario:
     sweep_keys = {"cp", "seq_len", "local_seq_len", "mode", "checkpoint", "overlap", "pass_"}
     sweep = Sweep(**{k: v for k, v in kw.items() if k in sweep_keys})
     rest = {k: v for k, v in kw.items() if k not in sweep_keys}
-    return Scenario(name="s", **{**MODEL, **rest}, sweep=sweep)
+    return Scenario(name="s", **{"layer": LAYER, **rest}, sweep=sweep)
 
 
 def ids(s: Scenario) -> list[str]:
@@ -72,9 +68,7 @@ def test_overlap_sweeps_the_summary_modes_where_there_is_an_exchange():
         "p2p-ckpt-overlap-cp2-T128-fwd",
     ]
     (on,) = [c for c in s.cases(warmup=3, repeat=10) if c.overlap]
-    assert Case.from_dict(on.to_dict()) == on
-    old = {k: v for k, v in on.to_dict().items() if k != "overlap"}  # a file written before overlap existed
-    assert Case.from_dict(old).overlap is False
+    assert from_dict(Case, to_dict(on)) == on
 
 
 def test_defaults_every_mode_checkpoint_on_both_passes():
@@ -104,7 +98,7 @@ def test_weak_scaling_multiplies_local_length_by_cp():
 def test_sweeps_override_the_top_level_and_duplicates_collapse():
     s = Scenario(
         name="s",
-        **MODEL,
+        layer=LAYER,
         sweep=Sweep(cp=[1, 2], mode=["p2p"], pass_=["forward"]),
         sweeps=[Sweep(seq_len=[512]), Sweep(local_seq_len=[256], cp=[2, 4])],
     )
@@ -115,7 +109,7 @@ def test_sweeps_override_the_top_level_and_duplicates_collapse():
 def test_a_sweep_setting_one_length_replaces_the_other():
     s = Scenario(
         name="s",
-        **MODEL,
+        layer=LAYER,
         sweep=Sweep(cp=[2], seq_len=[512], mode=["p2p"]),
         sweeps=[Sweep(local_seq_len=[64])],
     )
@@ -134,15 +128,16 @@ def test_case_key_dict_round_trip_and_pickle():
         warmup=1, repeat=2
     )
     assert case.key() == "s/all_gather-nockpt-cp2-T64-fwd"
-    d = case.to_dict()
+    d = to_dict(case)
     assert d["pass"] == "forward" and d["local_seq_len"] == 32 and d["case_id"] == case.case_id
-    assert Case.from_dict(d) == case
+    assert d["layer"]["hidden_size"] == 64 and d["layer"]["dtype"] == "fp32"
+    assert from_dict(Case, d) == case
     assert pickle.loads(pickle.dumps(case)) == case  # ranks receive it pickled
 
 
 def test_layer_config_builds_the_layer():
     (case, *_) = scenario(cp=[1], seq_len=[64], dtype="bf16").cases(warmup=1, repeat=2)
-    layer = GatedDeltaNet(case.layer_config())
+    layer = GatedDeltaNet(case.layer)
     assert layer.config.hidden_size == 64 and str(layer.config.dtype) == "torch.bfloat16"
 
 

@@ -30,6 +30,7 @@ from bench.measure.contention import (
     with_earlier,
 )
 from bench.measure.rank import RankResults
+from bench.records import from_dict, to_dict
 from bench.render.document import render_markdown
 from bench.render.plots import sources_for, time_vs_seq
 from bench.render.report import build_report, report_runs
@@ -109,12 +110,9 @@ def test_contended_cases_get_no_verdict_and_are_marked() -> None:
     assert "contended" not in case_line(base.cases[0])
 
 
-def test_results_keep_it_and_older_files_load_without_it() -> None:
+def test_results_keep_it() -> None:
     result = _contended(ok(case("p2p", 64), 100, seed=1), 0.5)
-    assert CaseResult.from_dict(result.to_dict()).contention == result.contention
-    older = result.to_dict()
-    del older["contention"]
-    assert CaseResult.from_dict(older).contention is None
+    assert from_dict(CaseResult, to_dict(result)).contention == result.contention
 
 
 def _window(wall: float, foreign: float, own: float = 0.0) -> Window:
@@ -142,7 +140,9 @@ def test_a_short_window_is_judged_with_the_windows_before_it() -> None:
     assert with_earlier(alone, [short]) == alone  # still too short: unknown, as before
     long = dataclasses.replace(alone, window=_window(MIN_WINDOW_S, 0.0), foreign=0.0)
     assert with_earlier(long, busy) == long  # a window long enough speaks for itself
-    assert Contention.from_dict(dataclasses.asdict(judged)) == judged  # kept in result files
+    stored = dataclasses.replace(_contended(ok(case(), 1), 0.0), contention=judged)
+    again = from_dict(CaseResult, to_dict(stored))
+    assert again.contention == judged  # kept in result files
 
 
 def test_a_sweep_of_short_cases_on_a_busy_machine_flags_every_one(monkeypatch) -> None:

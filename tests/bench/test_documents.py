@@ -4,6 +4,7 @@ change."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from itertools import pairwise
 from typing import get_args
@@ -11,17 +12,19 @@ from typing import get_args
 import pytest
 
 from bench.errors import FieldError
+from bench.records import from_dict, to_dict
 from bench.suite.config import Case, Layout, Scenario, Sweep
 from bench.suite.documents import Documents, documents_tag, parse_documents
 from bench.suite.filters import parse_filters
+from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import LAYOUTS, MODES, SUMMARY_MODES
 from gdn_cp.ops import document_bounds
 
-MODEL = {"hidden_size": 64, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 16, "head_v_dim": 16}
+LAYER = GatedDeltaNetConfig(hidden_size=64, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
 
 
 def scenario(batch: int = 1, **sweep) -> Scenario:
-    return Scenario(name="s", **MODEL, batch=batch, sweep=Sweep(**sweep))
+    return Scenario(name="s", layer=LAYER, batch=batch, sweep=Sweep(**sweep))
 
 
 def ids(s: Scenario) -> list[str]:
@@ -183,7 +186,7 @@ def test_more_documents_than_the_shortest_sequence_names_documents():
         info.value
     )
     with pytest.raises(FieldError) as info:
-        Case.from_dict({**_case_dict(), "documents": {"count": 65}})
+        dataclasses.replace(_case(), documents=Documents(count=65))
     assert info.value.key == "documents"
 
 
@@ -202,12 +205,12 @@ def test_sweep_checks(sweep, key, fragment):
     assert info.value.key == key and fragment in info.value.message
 
 
-def _case_dict() -> dict:
+def _case() -> Case:
     (case,) = scenario(cp=[2], seq_len=[64], mode=["p2p"], pass_=["forward"]).cases(warmup=1, repeat=1)
-    return case.to_dict()
+    return case
 
 
-def test_case_round_trips_with_documents_and_old_dicts_load():
+def test_case_round_trips_with_documents():
     (case,) = scenario(
         cp=[2],
         seq_len=[64],
@@ -216,15 +219,11 @@ def test_case_round_trips_with_documents_and_old_dicts_load():
         layout=["zigzag"],
         documents=[{"count": 3, "lengths": "uniform"}],
     ).cases(warmup=1, repeat=1)
-    d = case.to_dict()
+    d = to_dict(case)
     assert d["layout"] == "zigzag"
     assert d["documents"] == {"count": 3, "lengths": "uniform", "seed": 0, "sigma": 1.0}
-    assert Case.from_dict(d) == case and hash(Case.from_dict(d)) == hash(case)
+    assert from_dict(Case, d) == case and hash(from_dict(Case, d)) == hash(case)
     assert pickle.loads(pickle.dumps(case)) == case  # ranks receive it pickled
-    # a result file written before layouts and documents: its cases are contiguous and unpacked
-    old = {k: v for k, v in _case_dict().items() if k not in ("layout", "documents")}
-    loaded = Case.from_dict(old)
-    assert (loaded.layout, loaded.documents, loaded.case_id) == ("contiguous", None, "p2p-ckpt-cp2-T64-fwd")
 
 
 def test_filters_select_layout_and_documents():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from bench.records import from_dict, to_dict
 from bench.results.env import Environment, collect_environment, cpu_model, git_info
 from gdn_cp.distributed import resolve_platform
 
@@ -18,7 +19,7 @@ def test_collect_environment_on_cpu():
     assert env.device_type == "cpu" and env.backend == "gloo"
     assert env.torch_version == torch.__version__ and env.cpu_count == (os.cpu_count() or 1)
     assert env.world_sizes == [1, 2] and env.threads_per_rank == 2 and env.launcher == "local"
-    assert Environment.from_dict(env.to_dict()) == env
+    assert from_dict(Environment, to_dict(env)) == env
 
 
 def test_git_info_of_this_checkout():

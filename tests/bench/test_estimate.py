@@ -19,6 +19,7 @@ from bench.launch.estimate import (
 )
 from bench.results import env
 from bench.suite.config import Case, Scenario, Sweep
+from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DeviceInfo, Platform, resolve_platform
 from gdn_cp.layers import GatedDeltaNet
 
@@ -29,7 +30,7 @@ def case(**kw) -> Case:
     sweep = Sweep(**{**base, **{k: v for k, v in kw.items() if k in base}})
     model = {"hidden_size": 256, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 32, "head_v_dim": 32}
     model.update({k: v for k, v in kw.items() if k not in base})
-    (c,) = Scenario(name="s", **model, sweep=sweep).cases(warmup=1, repeat=1)
+    (c,) = Scenario(name="s", layer=GatedDeltaNetConfig(**model), sweep=sweep).cases(warmup=1, repeat=1)
     return c
 
 
@@ -38,7 +39,7 @@ def case(**kw) -> Case:
 )
 def test_parameter_count_matches_the_layer(dims):
     c = case(**dims)
-    layer = GatedDeltaNet(c.layer_config())
+    layer = GatedDeltaNet(c.layer)
     assert parameter_count(c) == sum(p.numel() for p in layer.parameters())
 
 

@@ -3,6 +3,7 @@ their scaling shapes, the compute fit on a frozen run, a real calibration on 2 r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def test_critical_paths_scale_as_each_mode_relays() -> None:
 
 
 def _compute(slope_s: float = 1e-6) -> ComputeModel:
-    config = _case("p2p", 1, 64).layer_config()
+    config = _case("p2p", 1, 64).layer
     fits = {
         (pipe, ckpt, "forward_backward", 2): LineFit(0.0, slope_s, 2)
         for pipe, ckpt in (("ulysses", None), ("sequence-shard", True))
@@ -144,8 +145,8 @@ def test_compute_is_scaled_for_threads_shared_cores_and_another_layer() -> None:
         ranks_per_host=4,
     )
     assert crowded.compute_s == pytest.approx(2 * alone.compute_s)
-    wider = scaled(case, hidden_size=2 * case.hidden_size)
-    config = wider.layer_config()
+    wider = scaled(case, layer=dataclasses.replace(case.layer, hidden_size=2 * case.layer.hidden_size))
+    config = wider.layer
     assert config != compute.config
     ratio = (config.flops(batch=1, seq_len=1 << 16, backward=True)) / compute.config.flops(
         batch=1, seq_len=1 << 16, backward=True

@@ -45,7 +45,7 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
     ]
     assert first.schedule_seed is not None and first.session is None
     assert first.environment.device_type == "cpu" and first.environment.launcher == "local"
-    assert first.scenarios["tiny"]["cp"] == [1, 2] and first.suite["repeat"] == 2
+    assert first.scenarios["tiny"]["cp"] == [1, 2] and first.suite.repeat == 2
     assert first.command == ["bench", "run", "tiny", "--filter", "cp=1", "--output", str(out)]
 
     # resume without the filter: the two cp=2 cases run, the cp=1 ones are kept as they were
@@ -88,9 +88,7 @@ def test_run_writes_a_valid_result_file_then_resume_runs_only_the_rest(suite_dir
         assert result.wall_s > 0
         # model FLOPs from the one formula, against a measured (positive, finite) matmul limit
         tp = result.throughput
-        assert tp.model_flops == case.layer_config().flops(
-            batch=case.batch, seq_len=case.seq_len, backward=True
-        )
+        assert tp.model_flops == case.layer.flops(batch=case.batch, seq_len=case.seq_len, backward=True)
         assert 0 < tp.matmul_gflops < float("inf") and tp.achieved_gflops(result.timing.median_s, case.cp) > 0
         # how shared the machine was: the CPU time other processes took, steal, load (a share, where the
         # window was long enough for /proc/stat's ticks)

@@ -11,6 +11,7 @@ from tiny import tiny_scenario
 
 from bench.errors import UserError
 from bench.measure.timing import summarize
+from bench.records import from_dict, to_dict
 from bench.results import store
 from bench.results.env import collect_environment
 from bench.results.paths import free_path, new_folder
@@ -25,7 +26,7 @@ from bench.results.store import (
     load_result,
     result_filename,
 )
-from bench.suite.config import Sweep
+from bench.suite.config import SuiteConfig, Sweep
 from gdn_cp.distributed import resolve_platform
 
 SCENARIO = tiny_scenario(
@@ -56,7 +57,8 @@ def new_run() -> RunResult:
     env = collect_environment(
         resolve_platform("cpu"), threads_per_rank=None, world_sizes=[2], launcher="local"
     )
-    return RunResult(name="s", environment=env, suite={"repeat": 3}, scenarios={"s": SCENARIO.to_dict()})
+    scenarios = {"s": SCENARIO.to_dict()}
+    return RunResult(name="s", environment=env, suite=SuiteConfig(repeat=3), scenarios=scenarios)
 
 
 def test_round_trip(tmp_path: Path):
@@ -73,7 +75,7 @@ def test_round_trip(tmp_path: Path):
     assert back.ok_keys() == {CASES[0].key()}
     assert back.get(CASES[1].key()).error == "rank 1 failed: OOM"
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION and data["cases"][0]["params"]["pass"] == "forward"
+    assert data["schema_version"] == SCHEMA_VERSION and data["cases"][0]["case"]["pass"] == "forward"
 
 
 def test_writer_writes_after_every_case_and_replaces_a_retried_case(tmp_path: Path):
@@ -115,7 +117,7 @@ def test_other_schema_versions_are_refused_with_what_to_do(tmp_path: Path, versi
     with pytest.raises(UserError) as info:
         load_result(path)
     assert (
-        f"schema_version {version!r} is not a version this bench reads (1, {SCHEMA_VERSION}; it writes "
+        f"schema_version {version!r} is not a version this bench reads (1, 2, {SCHEMA_VERSION}; it writes "
         in str(info.value)
     )
     assert "re-run its scenarios with this bench" in str(info.value)
@@ -137,8 +139,8 @@ def test_schema_1_files_load_with_their_samples_as_one_round():
         assert only.samples_s == stored["samples_s"] == case.samples_s
         assert case.estimate.median_s == pytest.approx(case.timing.median_s)
         assert case.estimate.rounds == 1 and case.estimate.low_s is None and case.estimate.high_s is None
-    # and written back, it is a schema 2 file that reads the same
-    again = RunResult.from_dict(json.loads(json.dumps(run.to_dict())))
+    # and written back, it is a file of this version that reads the same
+    again = from_dict(RunResult, to_dict(run))
     assert again.cases == run.cases
 
 
@@ -149,7 +151,7 @@ def test_unreadable_files(tmp_path: Path):
     with pytest.raises(UserError, match=r"bad.json:3: not valid JSON"):
         load_result(tmp_path / "bad.json")
     (tmp_path / "odd.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "name": "x"}))
-    with pytest.raises(UserError, match=f"not a bench result file of schema {SCHEMA_VERSION}"):
+    with pytest.raises(UserError, match=r"odd.json:1: environment: field required; give a file"):
         load_result(tmp_path / "odd.json")
 
 
@@ -183,10 +185,10 @@ def test_files_that_are_not_result_files_are_one_clear_error(tmp_path: Path, mon
         (
             "median_s",
             "fast",
-            r"cases\[0\].timing.median_s: expected a number, got 'fast' \(str\); give a file",
+            r"cases\[0\].timing.median_s: input should be a valid number, got \"fast\"; give a file",
         ),
-        ("rank_medians_s", [1.0, None], r"cases\[0\].timing.rank_medians_s: expected a number, got None"),
-        ("noisy", "no", r"cases\[0\].timing.noisy: expected true or false, got 'no'"),
+        ("rank_medians_s", [1.0, None], r"cases\[0\].timing.rank_medians_s\[1\]: input should be a valid"),
+        ("noisy", "no", r"cases\[0\].timing.noisy: input should be a valid boolean, got \"no\""),
     ],
 )
 def test_values_of_the_wrong_type_are_refused_on_reading(tmp_path: Path, field, value, message):
@@ -201,7 +203,7 @@ def test_values_of_the_wrong_type_are_refused_on_reading(tmp_path: Path, field, 
         load_result(path)
     data["cases"][0]["timing"] = ["not", "a", "mapping"]
     path.write_text(json.dumps(data))
-    with pytest.raises(UserError, match=f"not a bench result file of schema {SCHEMA_VERSION}"):
+    with pytest.raises(UserError, match=r"r.json:\d+: cases\[0\]\.timing: input should be"):
         load_result(path)
 
 
@@ -226,7 +228,7 @@ def test_a_result_file_has_a_line_per_case_and_reads_back_equal(tmp_path: Path):
     path = tmp_path / "run.json"
     store.save_result(run, path)
     text = path.read_text()
-    assert json.loads(text) == run.to_dict() and load_result(path) == run
+    assert json.loads(text) == to_dict(run) and load_result(path) == run
     lines = text.splitlines()
     assert lines[0] == "{" and lines[-1] == "}"
     item_lines = [line for line in lines if line.startswith("  {")]

@@ -24,7 +24,7 @@ def test_bytes_moved_is_the_busiest_ranks_sent_plus_received():
             _total(
                 layer_communication(
                     c.mode,
-                    c.layer_config(),
+                    c.layer,
                     cp=c.cp,
                     rank=r,
                     seq_len=c.seq_len,

@@ -173,7 +173,7 @@ def test_training_trajectory_matches_the_reference(suite_dir: Path, verify_scena
         assert r.ref_loss[0] > 1 and len(set(r.ref_loss)) == 3  # a new batch every step
         # fp32: CP + FSDP2 sums == the reference, to fp32's roundoff
         assert max(r.loss_rel) <= FP32_TRAIN and max(r.grad_norm_rel) <= FP32_TRAIN
-        assert r.loss_growth is not None and r.settings["lr"] == 1e-4
+        assert r.loss_growth is not None and r.settings.lr == 1e-4
 
 
 @pytest.mark.multirank
@@ -252,7 +252,7 @@ def test_records_round_trip_through_the_result_file(tmp_path: Path):
         case=CASES[1],
         status="ok",
         steps=3,
-        settings=TrainSettings().to_dict(),
+        settings=TrainSettings(),
         thresholds={"loss_rel": 1e-3, "grad_norm_rel": 1e-2},
         grad_reduction="all_reduce",
         params_checked=4,
@@ -336,7 +336,7 @@ def test_bf16_training_with_fp32_master_weights(suite_dir: Path, verify_scenario
         assert verify_command.run(["v"], train=3, filters=["mode=p2p"], sets=sets, output=str(out)) == 0
         (records[reduction],) = load_result(out).verifications
     fsdp, by_hand = records["fsdp2"], records["all_reduce"]
-    assert fsdp.settings["master_weights"] == "fp32" and fsdp.mismatched_params == []
+    assert fsdp.settings.master_weights == "fp32" and fsdp.mismatched_params == []
     assert fsdp.ref_loss == by_hand.ref_loss and fsdp.ref_grad_norm == by_hand.ref_grad_norm
     # Losses and gradient norms are fp32 sums over the same model, computed in other orders: fp32's roundoff
     # over every layer's tokens and hidden size, as for the fp32 trajectory.

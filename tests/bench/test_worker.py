@@ -24,8 +24,8 @@ def test_same_weights_on_every_rank_and_contiguous_shards_of_one_input():
         assert torch.equal(p0, p1)
     # the global input and output gradient, drawn as the worker draws them, split in rank order
     generator = torch.Generator().manual_seed(case.seed + 1)
-    x = global_tensor((1, 12, case.hidden_size), torch.float32, generator)
-    grad = global_tensor((1, 12, case.hidden_size), torch.float32, generator)
+    x = global_tensor((1, 12, case.layer.hidden_size), torch.float32, generator)
+    grad = global_tensor((1, 12, case.layer.hidden_size), torch.float32, generator)
     assert torch.equal(torch.cat([r["x"] for r in ranks], dim=1), x)
     assert torch.equal(torch.cat([r["grad"] for r in ranks], dim=1), grad)
-    assert ranks[0]["x"].shape == (1, 6, case.hidden_size)
+    assert ranks[0]["x"].shape == (1, 6, case.layer.hidden_size)

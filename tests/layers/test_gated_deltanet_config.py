@@ -41,7 +41,7 @@ def test_rejects_non_positive_sizes(field: str, value: object) -> None:
 
 
 def test_rejects_hv_not_multiple_of_hk() -> None:
-    with pytest.raises(ValueError, match=r"num_v_heads \(6\) must be a multiple of num_k_heads \(4\)"):
+    with pytest.raises(ValueError, match=r"num_v_heads 6 is not a multiple of num_k_heads \(4\)"):
         _config(num_k_heads=4, num_v_heads=6)
 
 
