@@ -42,7 +42,11 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 """docs/architecture.md draws the same map."""
 
-LAZY_FOR_START_UP = {("bench.commands.report", "bench.render"), ("bench.commands.plot", "bench.render")}
+LAZY_FOR_START_UP = {
+    ("bench.commands.report", "bench.render"),
+    ("bench.commands.plot", "bench.render"),
+    ("bench.commands.history", "bench.render"),
+}
 """Function-level imports kept for start-up time (matplotlib loads only when a chart is drawn), each with
 a comment saying so at the import. No other project import may sit inside a function."""
 

@@ -13,6 +13,7 @@ from bench.commands import (
     doctor,
     export,
     gate,
+    history,
     init,
     model,
     plot,
@@ -25,5 +26,6 @@ from bench.commands import (
 from bench.commands import list as list_command
 
 COMMANDS: list[ModuleType] = [
-    *(init, list_command, run, show, export, compare, gate, plot, report, verify, profile, model, doctor),
+    *(init, list_command, run, show, export, compare, gate, history, plot, report, verify, profile, model),
+    doctor,
 ]

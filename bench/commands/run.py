@@ -28,7 +28,9 @@ from bench.commands.session import CaseChoice, Session
 from bench.commands.verify import is_verification_run
 from bench.console import CaseProgress, print_error
 from bench.console import console as default_console
-from bench.errors import UserError
+from bench.errors import UserError, first_line
+from bench.launch import backfill, interleave
+from bench.launch.gitrefs import RefSide, repo_root
 from bench.launch.launcher import LocalLauncher, RankFn, TorchrunEnv, TorchrunLauncher, warn_oversubscription
 from bench.launch.schedule import Slot, new_seed, rounds_wanted, slots_left
 from bench.launch.sweep import run_rounds
@@ -37,8 +39,9 @@ from bench.results.env import Environment
 from bench.results.store import SESSION_ENV, CaseResult, ResultWriteError, ResultWriter, RunResult
 from bench.results.tables import case_line
 from bench.suite.config import Case
-from bench.suite.loader import display
-from bench.suite.selection import Selection
+from bench.suite.filters import parse_filters
+from bench.suite.loader import display, load_suite, parse_overrides
+from bench.suite.selection import Selection, select
 
 NAME = "run"
 P = ParamSpec("P")
@@ -67,10 +70,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop once every case has K rounds (of its `rounds`); --resume continues. `bench compare` "
         "interleaves two refs this way, round by round",
     )
+    parser.add_argument(
+        "--commits",
+        action="append",
+        default=[],
+        metavar="RANGE",
+        help="backfill: run the cases on each commit of A..B (first parents, oldest first) or on a ref, in a "
+        "temporary worktree with its own code, one result file per commit under --history-dir; resumable, a "
+        "commit that fails is recorded and the range goes on; repeatable",
+    )
+    parser.add_argument(
+        "--machine",
+        metavar="NAME",
+        help="with --commits: the folder under --history-dir that keeps this machine's runs (default: the "
+        "host name)",
+    )
+    parser.add_argument(
+        "--history-dir",
+        metavar="DIR",
+        help="with --commits: where the per-commit files go (default: <results_dir>/history)",
+    )
     common_args.add_config(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.commits:
+        if args.output or args.resume or args.stop_after_round:
+            raise UserError(
+                "--commits writes one file per commit under --history-dir and resumes them itself; drop "
+                "--output, --resume and --stop-after-round"
+            )
+        return run_commits(
+            args.scenarios,
+            args.commits,
+            sets=args.sets,
+            filters=args.filters,
+            device=args.device,
+            config=args.config,
+            machine=args.machine,
+            history_dir=args.history_dir,
+        )
+    if args.machine or args.history_dir:
+        raise UserError("--machine and --history-dir go with --commits (a backfill); add --commits A..B")
     return run(
         args.scenarios,
         sets=args.sets,
@@ -266,6 +307,64 @@ def execute(
 
 run = _exit_code_of(execute)
 """`execute` returning its exit code alone (what the CLI exits with): the same arguments, declared once."""
+
+
+def run_commits(
+    scenarios: Sequence[str],
+    commits: Sequence[str],
+    *,
+    sets: Sequence[str] = (),
+    filters: Sequence[str] = (),
+    device: str | None = None,
+    config: str | None = None,
+    machine: str | None = None,
+    history_dir: str | None = None,
+    console: Console | None = None,
+    runner: backfill.Runner = interleave.run_on_side,
+) -> int:
+    """`bench run --commits`: the cases on every commit (bench.launch.backfill). Exit 0 when every commit
+    ran, 2 when some failed (recorded; the others ran), 130 when interrupted (run it again to continue)."""
+    console = console or default_console
+    repo = repo_root(Path.cwd())
+    if repo is None:
+        raise UserError(f"--commits: {Path.cwd()} is not in a git checkout; run from inside the repository")
+    overrides = parse_overrides(sets, device)
+    suite = load_suite(config, overrides)
+    selections = select(suite, scenarios, overrides, parse_filters(filters))
+    if not any(s.cases for s in selections):
+        raise UserError("no case is left after --filter; see `bench list`")
+    sides = backfill.resolve_commits(repo, commits)
+    root = Path(history_dir) if history_dir else suite.results_dir / "history"
+    folder = backfill.history_folder(root, machine or backfill.default_machine(), selections)
+    cases = sum(len(s.cases) for s in selections)
+    console.print(
+        f"backfill: {cases} cases on {len(sides)} commits, one file each in {escape(display(folder))}"
+    )
+
+    def report(i: int, side: RefSide, what: str) -> None:
+        head = f"[{i + 1}/{len(sides)}] {side.commit[:8]}"
+        if what == "running":
+            console.print(f"{head} running", style="dim")
+        elif what in ("ok", "skipped"):
+            console.print(f"{head} {what}" + (" (its file is complete)" if what == "skipped" else ""))
+        else:
+            console.print(f"{head} [red]failed[/]: {escape(first_line(what))}")
+
+    try:
+        outcome = backfill.backfill(
+            selections, suite, repo, sides, folder, sets=sets, device=device, on_commit=report, runner=runner
+        )
+    except KeyboardInterrupt:
+        console.print(
+            f"[yellow]interrupted[/]: the commits done are in {escape(display(folder))}; run the same "
+            "command again to continue (complete commits are skipped, a partial one resumed)"
+        )
+        return 130
+    console.print(
+        f"backfill: {len(outcome.ran)} ran, {len(outcome.skipped)} already done, {len(outcome.failed)} "
+        f"failed; `bench history {escape(display(folder))}` draws them"
+    )
+    return 2 if outcome.failed else 0
 
 
 def resume_command(choice: CaseChoice, path: str) -> str:

@@ -133,10 +133,13 @@ def bench_run_argv(
 
 def side_env(root: Path, session: str) -> dict[str, str]:
     """This process's environment with PYTHONPATH = the worktree alone, so its bench and gdn_cp import
-    first (an editable install's finder comes after PYTHONPATH on sys.path), and the session id."""
+    first (an editable install's finder comes after PYTHONPATH on sys.path), and the session id ("": runs
+    of their own, as a backfill's: none is set)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(root)
-    env[SESSION_ENV] = session
+    env.pop(SESSION_ENV, None)
+    if session:
+        env[SESSION_ENV] = session
     return env
 
 

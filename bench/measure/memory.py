@@ -36,6 +36,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from gdn_cp.distributed import Platform, local_rank
 
+MEMORY_RESOLUTION_MIB = 0.5
+"""Peak memory differences below this are not told apart from noise: one peak is read per case, so a delta
+has no interval, and peaks of one case differ by about 0.2 MiB between runs here (the allocator's and the CPU
+meter's own spread). Charts draw no saving below it; `bench history` flags no step below it."""
+
 PROFILER_PRELOAD = ("torch._inductor",)
 """What torch.profiler's first start imports (it checks hasattr(torch, "_inductor"): about 1 s, hundreds of
 modules). Local pools preload it in the server their ranks fork from (bench.launch.pool), so that second is

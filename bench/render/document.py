@@ -51,7 +51,15 @@ class Image:
     caption: str = ""
 
 
-Block = Paragraph | Table | Image
+@dataclass(kw_only=True, slots=True)
+class Links:
+    """A list of links to other pages of a site (relative paths)."""
+
+    items: list[tuple[str, str]]
+    """(text, href)."""
+
+
+Block = Paragraph | Table | Image | Links
 
 
 @dataclass(kw_only=True, slots=True)
@@ -110,6 +118,8 @@ def _md_block(block: Block, charts: MarkdownCharts | None) -> str:
         return f"*{markdown_text(block.text)}*" if block.small else markdown_text(block.text)
     if isinstance(block, Table):
         return markdown_table(block)
+    if isinstance(block, Links):
+        return "\n".join(f"- [{markdown_text(text)}]({href})" for text, href in block.items)
     if charts is None:
         raise ValueError(f"chart {block.chart.name} in a markdown document without a chart folder")
     png, _svg = block.chart.save(charts.folder)
@@ -188,6 +198,12 @@ def _html_block(block: Block) -> str:
         )
     if isinstance(block, Table):
         return html_table(block)
+    if isinstance(block, Links):
+        items = "".join(
+            f'<li><a href="{html.escape(href, quote=True)}">{_html_text(text)}</a></li>'
+            for text, href in block.items
+        )
+        return f"<ul>{items}</ul>"
     data = base64.b64encode(block.chart.png_bytes()).decode("ascii")
     caption = f"<figcaption>{_html_text(block.caption)}</figcaption>" if block.caption else ""
     alt = html.escape(block.chart.title, quote=True)

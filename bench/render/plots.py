@@ -36,6 +36,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
+from bench.measure.memory import MEMORY_RESOLUTION_MIB
 from bench.results import analysis
 from bench.results.analysis import PASS_LABELS, Variant, source_label
 from bench.results.store import CaseResult, RunResult
@@ -87,6 +88,8 @@ class Chart:
     """Stable file stem: time_vs_seq, ... (prefixed with the scenario when there are several)."""
     title: str
     figure: Figure
+    dpi: int = DPI
+    """Resolution of its PNG."""
 
     def save(self, out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -97,13 +100,13 @@ class Chart:
             # so re-rendering the committed charts shows no diff.
             metadata = {"Date": None} if fmt == "svg" else None
             with matplotlib.rc_context({"svg.hashsalt": "gdn-cp-bench"}):
-                self.figure.savefig(path, format=fmt, dpi=DPI, bbox_inches="tight", metadata=metadata)
+                self.figure.savefig(path, format=fmt, dpi=self.dpi, bbox_inches="tight", metadata=metadata)
             paths.append(path)
         return paths
 
     def png_bytes(self) -> bytes:
         buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+        self.figure.savefig(buf, format="png", dpi=self.dpi, bbox_inches="tight")
         return buf.getvalue()
 
 
@@ -667,11 +670,6 @@ def comm_vs_seq(sources: Sequence[Source], scenario: str) -> Figure | str:
         timed=False,
     )
     return fig
-
-
-MEMORY_RESOLUTION_MIB = 0.5
-"""Memory saved below this is not drawn: one peak is read per case, so a delta has no interval, and peaks of
-one case differ by about 0.2 MiB between runs here (the allocator's and the CPU meter's own spread)."""
 
 
 def _memory_drawn(row: analysis.AblationRow) -> bool:

@@ -35,6 +35,10 @@ class GitInfo:
     """Branch name; "HEAD" when detached; "unknown" outside a checkout."""
     dirty: bool
     """Uncommitted changes (untracked files included) to what decides a measurement: CODE_PATHS."""
+    date: str | None = None
+    """The commit's committer date (ISO 8601, with its offset); None outside a checkout."""
+    subject: str | None = None
+    """The first line of the commit's message; None outside a checkout."""
 
     @property
     def short_commit(self) -> str:
@@ -88,6 +92,10 @@ class Environment(HostEnvironment):
     __pydantic_config__ = RECORD_CONFIG
 
     git_branch: str
+    git_date: str | None
+    """The commit's committer date (ISO 8601): where the run sits in a history (`bench history`)."""
+    git_subject: str | None
+    """The first line of the commit's message."""
     backend: str
     """Collective backend: gloo, nccl, hccl."""
     threads_per_rank: int | None
@@ -115,6 +123,16 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def commit_metadata(repo: Path, commit: str) -> tuple[str | None, str | None]:
+    """(committer date ISO 8601, subject) of a commit of `repo`; (None, None) where git does not know it."""
+    try:
+        shown = run_git(repo, "show", "-s", "--format=%cI%x00%s", commit, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    date, _, subject = shown.stdout.strip().partition("\0") if shown.returncode == 0 else ("", "", "")
+    return date or None, subject or None
+
+
 def now_iso() -> str:
     """The local time with its offset, to the second: how result files timestamp things."""
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
@@ -126,8 +144,13 @@ def git_info() -> GitInfo:
     if commit is None:
         return GitInfo(commit="unknown", branch="unknown", dirty=False)
     status = _git("status", "--porcelain", "--", *CODE_PATHS) or ""
+    date, subject = commit_metadata(REPO_ROOT, commit)
     return GitInfo(
-        commit=commit, branch=_git("rev-parse", "--abbrev-ref", "HEAD") or "unknown", dirty=bool(status)
+        commit=commit,
+        branch=_git("rev-parse", "--abbrev-ref", "HEAD") or "unknown",
+        dirty=bool(status),
+        date=date,
+        subject=subject,
     )
 
 
@@ -192,9 +215,12 @@ def collect_environment(
     local_rank: int | None = None,
 ) -> Environment:
     """This host's environment; `local_rank`: this process is that rank of a torchrun job."""
+    git = git_info()
     return Environment(
         **host_environment(platform, host_device_name(platform, local_rank)),
-        git_branch=git_info().branch,
+        git_branch=git.branch,
+        git_date=git.date,
+        git_subject=git.subject,
         backend=platform.backend,
         threads_per_rank=threads_per_rank,
         world_sizes=sorted(set(world_sizes)),

@@ -11,6 +11,8 @@ older version is converted step by step, as plain JSON data, into the current la
   (gdn_cp.GatedDeltaNetConfig, with rms_norm_eps), a case is `case` in a case result and a verify record
   (was `params`), every key is written; derived values no longer written: a layer comparison's
   grad_norm_rel and a verify record's failures (both recomputed from the stored numbers; `passed` stays).
+- 4: the environment records the commit's date and subject (`git_date`, `git_subject`: where a run sits in
+  `bench history`); null in older files.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from bench.measure.timing import rank_max
 from bench.results.statistics import estimate
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version `bench run` writes. Bump it when the layout changes, add a line above and a step below."""
 
 Data = dict[str, Any]
@@ -126,9 +128,15 @@ def _from_2(data: Data) -> Data:
     return out
 
 
+def _from_3(data: Data) -> Data:
+    """Version 3 -> 4 (module docstring)."""
+    return {**data, "environment": {"git_date": None, "git_subject": None, **data["environment"]}}
+
+
 STEPS: dict[int, tuple[str, Callable[[Data], Data]]] = {
     1: ("the samples of each case become its one round", _from_1),
     2: ("the layer nests in its case, keys added inside version 2 get the values they meant", _from_2),
+    3: ("the environment gets the commit's date and subject, unknown", _from_3),
 }
 """Version -> (what converting it does, the step to the next version)."""
 

@@ -65,6 +65,8 @@ def environment(**changes) -> Environment:
     env = Environment(
         git_commit="a" * 40,
         git_branch="main",
+        git_date="2026-12-01T10:00:00+00:00",
+        git_subject="a commit",
         git_dirty=False,
         python_version="3.11.7",
         torch_version="2.13.0+cpu",

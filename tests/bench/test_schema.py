@@ -151,7 +151,7 @@ def test_version_2_files_mean_what_they_meant(tmp_path: Path):
         old = {k: v for k, v in result.items() if k not in (*ADDED_IN_2["case result"], "case")}
         v2["cases"].append({**old, "params": params})
     upgraded = upgrade(v2)
-    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2]
+    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3]
     path.write_text(json.dumps(v2))
     run = load_result(path)
     first = run.cases[0]
