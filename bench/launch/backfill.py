@@ -14,6 +14,7 @@ recorded as failed and the range goes on; a later backfill tries it again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -110,10 +111,10 @@ def backfill(
     name = "+".join(s.scenario.name for s in selections if s.cases)
     outcome = BackfillOutcome()
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
-        staged = interleave.stage(selections, suite, Path(tmp) / "definitions")
-        staged = Staged(
-            config=staged.config, plan=staged.plan, session=""
-        )  # runs of their own, not a compare
+        # one definition for every commit; runs of their own (no session id: not a compare)
+        staged = dataclasses.replace(
+            interleave.stage(selections, suite, Path(tmp) / "definitions"), session=""
+        )
         for i, side in enumerate(commits):
             short = side.commit[:12]
             output, failure = folder / f"{short}.json", folder / f"{short}{FAILED_SUFFIX}"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from bench.measure.memory import MEMORY_RESOLUTION_MIB
 from bench.render.document import Image, Links, Paragraph, Section, Table, render_html
 from bench.render.plots import Chart
 from bench.results.changepoints import ChangePoint
@@ -80,6 +81,11 @@ def _chart(history: History, case: CaseHistory) -> Chart:
             fontsize=8,
         )
     ax_t.set_ylim(bottom=0)
+    if memory:  # a flat line stays flat: the axis spans at least the meter's resolution either side
+        peaks = [m for _, m in memory]
+        middle = (max(peaks) + min(peaks)) / 2
+        half = max((max(peaks) - min(peaks)) / 2 * 1.2, MEMORY_RESOLUTION_MIB)
+        ax_m.set_ylim(middle - half, middle + half)
     ax_t.set_ylabel("time (ms)")
     ax_m.set_ylabel("peak MiB")
     ax_m.set_xticks(xs, [r.commit.short for r in history.runs], rotation=60, fontsize=7, ha="right")

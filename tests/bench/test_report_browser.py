@@ -11,8 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from histories import commit_runs
 from rich.console import Console
 
+from bench.commands import history as history_command
 from bench.commands import report as report_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -81,3 +83,31 @@ def test_the_html_report_renders_in_chromium_with_its_charts(tmp_path):
     assert plain.returncode == 0 and "<h2>Overview</h2>" in plain.stdout
     messages = [line for line in (done.stderr + plain.stderr).splitlines() if CONSOLE_LINE.search(line)]
     assert messages == []
+
+
+def test_the_history_site_renders_in_chromium_with_its_charts(tmp_path):
+    """`bench history`'s index and scenario page: each renders, its charts load, its links lead to pages
+    that exist, and no page logs a console message."""
+    folder = commit_runs(tmp_path, [1.0] * 4 + [1.3] * 4, failed=2)
+    site = tmp_path / "site"
+    assert history_command.run([str(folder)], out=str(site), console=QUIET) == 0
+    pages = sorted(site.glob("*.html"))
+    assert pages[0].name == "index.html" and len(pages) == 2
+    messages = []
+    for page in pages:
+        html = page.read_text()
+        for href in re.findall(r'href="([^"]+)"', html):
+            assert (site / href).is_file(), f"{page.name} links to {href}, which is not in the site"
+        probed = tmp_path / f"probed-{page.name}"
+        probed.write_text(html.replace("</body>", PROBE + "\n</body>"))
+        done = _browse(probed, tmp_path / f"profile-{page.stem}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.DOTALL)
+        assert found, f"{page.name} did not finish loading: {done.stdout[-500:]}"
+        probe = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+        assert len(probe["images"]) == html.count("<img ")
+        assert all(i["complete"] and i["width"] > 0 for i in probe["images"]), probe["images"]
+        plain = _browse(page, tmp_path / f"profile-plain-{page.stem}")
+        assert plain.returncode == 0
+        messages += [line for line in (done.stderr + plain.stderr).splitlines() if CONSOLE_LINE.search(line)]
+    assert "<img " in pages[1].read_text() and messages == []
