@@ -86,11 +86,6 @@ def adapter(tp: Any) -> TypeAdapter[Any]:
     return TypeAdapter(tp)
 
 
-def to_json(obj: Any) -> bytes:
-    """`obj` (a record) as compact JSON."""
-    return adapter(type(obj)).dump_json(obj, fallback=_dtype_name)
-
-
 def to_dict(obj: Any) -> dict[str, Any]:
     """`obj` (a record) as its JSON mapping (plain dicts, lists and scalars)."""
     return adapter(type(obj)).dump_python(obj, mode="json", fallback=_dtype_name)
@@ -119,7 +114,7 @@ class _SchemaGenerator(GenerateJsonSchema):
 
 
 def json_schema(tp: Any) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of what `to_json` writes for a record of type `tp`: derived keys
+    """The JSON Schema (draft 2020-12) of what `to_dict` writes for a record of type `tp`: derived keys
     included (read-only), keys whose field has a default not required."""
     return adapter(tp).json_schema(mode="serialization", schema_generator=_SchemaGenerator)
 

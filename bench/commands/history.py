@@ -22,9 +22,8 @@ from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR
-from bench.results.history import History, load_history, regressions_at_newest
+from bench.results.history import History, change_text, load_history, regressions_at_newest
 from bench.results.paths import new_folder
-from bench.results.statistics import format_ratio
 from bench.suite.loader import display, load_suite
 
 NAME = "history"
@@ -97,12 +96,11 @@ def changes_table(history: History) -> Table:
     for case, change in sorted(found, key=lambda cc: (-cc[1].index, cc[0].key)):
         run = history.runs[change.index]
         colour = "red" if change.verdict == "worse" else "green"
-        word = "slower" if change.verdict == "worse" else "faster"
         table.add_row(
             escape(case.key.split("/", 1)[1]),
             run.commit.short,
-            (run.commit.date or run.created_at)[:10],
-            f"[{colour}]{format_ratio(change.ratio)} {word}[/]",
+            run.date[:10],
+            f"[{colour}]{change_text(change)}[/]",
         )
     if not found:
         table.add_row("no change found", "", "", "")
@@ -150,6 +148,6 @@ def run(
     for h, case, change in regressions:
         console.print(
             f"[red]regression[/] at the newest commit {h.newest.commit.short}: {escape(case.key)} "
-            f"{format_ratio(change.ratio)} slower"
+            f"{change_text(change)}"
         )
     return EXIT_REGRESSION if fail_on_regression and regressions else 0

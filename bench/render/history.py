@@ -18,9 +18,8 @@ from matplotlib.figure import Figure
 from bench.measure.memory import MEMORY_RESOLUTION_MIB
 from bench.render.document import Image, Links, Paragraph, Section, Table, render_html
 from bench.render.plots import Chart
-from bench.results.changepoints import ChangePoint
-from bench.results.history import CaseHistory, History
-from bench.results.statistics import format_estimate, format_ratio
+from bench.results.history import CaseHistory, History, change_text
+from bench.results.statistics import format_estimate
 
 CHART_DPI = 80
 """Lower than the report's: a page holds a chart per case (about 40 KB each at this resolution)."""
@@ -38,12 +37,6 @@ def page_name(history: History) -> str:
     """The scenario page's file name: `cpu-history--amd-epyc-7b13-2-cores-cpu.html`."""
     machine = re.sub(r"[^a-z0-9]+", "-", history.machine.lower()).strip("-")
     return f"{history.scenario}--{machine}.html"
-
-
-def change_text(change: ChangePoint) -> str:
-    """`x1.31 [1.22, 1.40] slower` / `... faster`."""
-    word = "slower" if change.verdict == "worse" else "faster"
-    return f"{format_ratio(change.ratio)} {word}"
 
 
 def _chart(history: History, case: CaseHistory) -> Chart:
@@ -72,7 +65,7 @@ def _chart(history: History, case: CaseHistory) -> Chart:
         for ax in (ax_t, ax_m):
             ax.axvline(change.index - 0.5, color=COLOURS[change.verdict], ls="--", lw=1.2)
         ax_t.annotate(
-            f"{change.ratio.ratio:.2f}x " + ("slower" if change.verdict == "worse" else "faster"),
+            f"{change.ratio.ratio:.2f}x {change.effect}",
             (change.index - 0.5, 1.0),
             xycoords=("data", "axes fraction"),
             xytext=(3, -12),
@@ -112,7 +105,7 @@ def _runs_table(history: History, case: CaseHistory) -> Table:
             [
                 str(i + 1),
                 run.commit.short,
-                (run.commit.date or run.created_at)[:16].replace("T", " "),
+                run.date[:16].replace("T", " "),
                 (run.commit.subject or "")[:70],
                 format_estimate(result.estimate) if result is not None else "-",
                 memory,
@@ -125,25 +118,32 @@ def _runs_table(history: History, case: CaseHistory) -> Table:
     return Table(columns=columns, rows=rows, align=align)  # type: ignore[arg-type]
 
 
-def _latest(history: History, case: CaseHistory) -> tuple[int, str]:
+def _latest(case: CaseHistory) -> tuple[int, str]:
     """Sort key: the newest change first, then cases without one."""
     index = case.latest_change()
     return (-(index if index is not None else -1), case.key)
 
 
-def _changes_rows(history: History) -> list[list[str]]:
+def _changes_table(history: History) -> Table:
+    """Every case's changes, newest first, and the cases without one after them."""
     rows = []
-    for case in sorted(history.cases, key=lambda c: _latest(history, c)):
+    for case in sorted(history.cases, key=_latest):
         if not case.changes:
             rows.append([case.key, "-", "-", "no change", ""])
             continue
         for change in sorted(case.changes, key=lambda c: -c.index):
             run = history.runs[change.index]
-            date = (run.commit.date or run.created_at)[:10]
             rows.append(
-                [case.key, run.commit.short, date, change_text(change), (run.commit.subject or "")[:60]]
+                [
+                    case.key,
+                    run.commit.short,
+                    run.date[:10],
+                    change_text(change),
+                    (run.commit.subject or "")[:60],
+                ]
             )
-    return rows
+    columns = ["case", "commit", "date", "change", "subject"]
+    return Table(columns=columns, rows=rows, align=["left"] * len(columns))
 
 
 def scenario_page(history: History) -> str:
@@ -151,17 +151,13 @@ def scenario_page(history: History) -> str:
         Section(
             title="Changes",
             blocks=[
-                Table(
-                    columns=["case", "commit", "date", "change", "subject"],
-                    rows=_changes_rows(history),
-                    align=["left", "left", "left", "left", "left"],
-                ),
+                _changes_table(history),
                 Paragraph(text=METHOD_NOTE, small=True),
                 Links(items=[("all scenarios", "index.html")]),
             ],
         )
     ]
-    for case in sorted(history.cases, key=lambda c: _latest(history, c)):
+    for case in sorted(history.cases, key=_latest):
         blocks = [Image(chart=_chart(history, case)), _runs_table(history, case)]
         if case.memory_steps:
             steps = ", ".join(
@@ -183,11 +179,7 @@ def index_page(histories: Sequence[History]) -> str:
             Links(
                 items=[(f"{h.scenario} on {h.machine}: {len(h.runs)} runs, {first} to {last}", page_name(h))]
             ),
-            Table(
-                columns=["case", "commit", "date", "change", "subject"],
-                rows=_changes_rows(h),
-                align=["left", "left", "left", "left", "left"],
-            ),
+            _changes_table(h),
         ]
         if failed:
             blocks.append(

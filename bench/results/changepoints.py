@@ -44,6 +44,11 @@ class ChangePoint:
     verdict: Direction
     """worse: a step up in time (a regression); better: a step down."""
 
+    @property
+    def effect(self) -> str:
+        """slower or faster."""
+        return "slower" if self.verdict == "worse" else "faster"
+
 
 @dataclass(frozen=True, slots=True)
 class _Run:

@@ -184,9 +184,10 @@ def host_device_name(platform: Platform, local_rank: int | None = None) -> str:
     return ", ".join(names) or f"no {platform.device_type} device"
 
 
-def host_environment(platform: Platform, device_name: str) -> dict[str, Any]:
-    """This host's HostEnvironment fields (`device_name`: read as the caller may, see host_device_name)."""
-    git = git_info()
+def host_environment(platform: Platform, device_name: str, git: GitInfo | None = None) -> dict[str, Any]:
+    """This host's HostEnvironment fields (`device_name`: read as the caller may, see host_device_name;
+    `git`: the checkout's, when the caller has read it already)."""
+    git = git or git_info()
     return {
         "git_commit": git.commit,
         "git_dirty": git.dirty,
@@ -217,7 +218,7 @@ def collect_environment(
     """This host's environment; `local_rank`: this process is that rank of a torchrun job."""
     git = git_info()
     return Environment(
-        **host_environment(platform, host_device_name(platform, local_rank)),
+        **host_environment(platform, host_device_name(platform, local_rank), git),
         git_branch=git.branch,
         git_date=git.date,
         git_subject=git.subject,

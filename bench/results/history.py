@@ -12,6 +12,7 @@ time). A commit whose bench could not run (bench.launch.backfill) is kept as fai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from bench.measure.memory import MEMORY_RESOLUTION_MIB
 from bench.results.changepoints import ChangePoint, change_points
 from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, clean_medians
 from bench.results.env import commit_metadata
+from bench.results.statistics import format_ratio
 from bench.results.store import CaseResult, RunResult, load_result
 
 FAILED_SUFFIX = ".failed.json"
@@ -53,8 +55,13 @@ class Run:
     error: str | None = None
 
     @property
+    def date(self) -> str:
+        """The commit's date, else the run's (ISO 8601)."""
+        return self.commit.date or self.created_at
+
+    @property
     def order(self) -> tuple[str, str]:
-        return (self.commit.date or self.created_at, self.created_at)
+        return (self.date, self.created_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,11 @@ class History:
     @property
     def newest(self) -> Run:
         return self.runs[-1]
+
+
+def change_text(change: ChangePoint) -> str:
+    """`1.31x [1.22, 1.40] slower` / `... faster`."""
+    return f"{format_ratio(change.ratio)} {change.effect}"
 
 
 def machine_of(run: RunResult) -> str:
@@ -189,7 +201,7 @@ def _history(machine: str, scenario: str, runs: list[Run], factor: float, alpha:
         measured = [(i, clean_medians(res)[0]) for i, res in enumerate(results) if res is not None]
         steps = change_points([m for _, m in measured if m], factor=factor, alpha=alpha)
         index = [i for i, m in measured if m]
-        changes = [ChangePoint(index[c.index], c.ratio, c.verdict) for c in steps]
+        changes = [dataclasses.replace(c, index=index[c.index]) for c in steps]
         cases.append(CaseHistory(key, results, changes, _memory_steps(results)))
     return History(machine, scenario, runs, cases)
 
