@@ -1,19 +1,21 @@
 """`bench compare BASE HEAD [SCENARIO ...]`: is head faster or slower than base, case by case?
 
 BASE and HEAD are each a result file (when the path exists) or a git ref. Two files are compared as they
-are. With a ref, the ref is checked out in a temporary worktree and its own code runs the scenarios (from
-the current working tree, identical for both sides), alternating base and head case by case in this
-session (bench.launch.interleave); both sides' result files are kept (results/compare-<date>/, or
---save-dir) so that they can be compared again later. A ref against a file runs only the ref, on the
-file's cases.
+are. A ref is checked out in a temporary worktree and the scenarios of the current working tree run on it
+(identical for both sides); both sides' result files are kept (results/compare-<date>/, or --save-dir) so
+that they can be compared again later. Two refs are measured paired (bench.launch.paired): each round of a
+case is one lifetime of the ranks in which base's and head's gdn_cp both run, pass by pass in turn, measured
+by this checkout's bench, so that what a lifetime shares cancels in the ratio. `--unpaired` runs each ref's
+own bench instead (a change to bench itself), base and head round by round in turn
+(bench.launch.interleave). A ref against a file runs only the ref, with its own bench, on the file's cases.
 
 Per case ok on both sides (bench.results.comparison): the ratio head/base of the round-level estimates
-with its (1 - alpha) confidence interval, a verdict (better / worse only when the whole interval lies past
---factor; too noisy when the interval is wider than the factor, with the smallest change the data could
-detect; else ~) and the peak-memory delta. With refs, base and head run round by round in turn (every case
-of base's round r, then head's, ...), so drift on the machine spreads over both; two files measured at
-different times are compared too, with a note that drift between them is not controlled. Cases from
-different machines, devices, torch versions or scenario definitions are "not comparable" unless --force.
+with its (1 - alpha) confidence interval (paired, or Welch's between unpaired rounds), a verdict (better /
+worse only when the whole interval lies past --factor, ~ when it lies within 1/factor .. factor, else too
+noisy), the smallest change the data could detect, and the peak-memory delta. Rounds of two
+refs run in one session, so drift on the machine spreads over both; two files measured at different times
+are compared too, with a note that drift between them is not controlled. Cases from different machines,
+devices, torch versions or scenario definitions are "not comparable" unless --force.
 
 Exit code: 0; 1 for a user error, or with --fail-on-regression when nothing was compared (head has no cases,
 or no case is ok and comparable on both sides); 3 with --fail-on-regression when a case is worse, or ok on
@@ -31,7 +33,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, get_args
 
@@ -45,6 +47,8 @@ from bench.errors import UserError, first_line
 from bench.launch import interleave
 from bench.launch.gitrefs import FileSide, RefSide, Side, repo_root, resolve_side, worktree
 from bench.launch.interleave import Checkout
+from bench.launch.paired import PairedSession
+from bench.launch.schedule import Slot, slots_left
 from bench.render.document import Table as DocTable
 from bench.render.document import markdown_table, markdown_text
 from bench.results.analysis import source_label
@@ -62,11 +66,11 @@ from bench.results.comparison import (
 from bench.results.export import measure_cells
 from bench.results.paths import free_path, new_folder
 from bench.results.statistics import format_estimate
-from bench.results.store import RunResult, load_result, result_filename
-from bench.results.tables import TableData, print_tables
+from bench.results.store import CaseResult, RunResult, load_result, result_filename
+from bench.results.tables import TableData, format_time, print_tables
 from bench.suite.filters import CaseFilter, parse_filters
-from bench.suite.loader import display, load_suite, parse_overrides
-from bench.suite.selection import select
+from bench.suite.loader import Suite, display, load_suite, parse_overrides
+from bench.suite.selection import Selection, select
 
 NAME = "compare"
 HELP = (
@@ -83,8 +87,9 @@ that judged nothing fails, as `bench gate` does."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "A side that is an existing file is a result file; otherwise a git ref, checked out in a temporary "
-        "worktree whose own code runs the scenarios (from this working tree, identical for both sides), "
-        "alternating base and head case by case; both result files are kept for a later comparison. "
+        "worktree, running the scenarios of this working tree (identical for both sides); two refs are "
+        "measured paired (both refs' gdn_cp in each lifetime of the ranks, this checkout's bench measuring; "
+        "--unpaired: each ref's own bench); both result files are kept for a later comparison. "
         "Exit codes: 0 compared (whatever the verdicts); 1 user error, or --fail-on-regression with nothing "
         f"compared; {EXIT_REGRESSION} with --fail-on-regression when a case is worse, or ok on base but "
         f"failed on head; {EXIT_NO_VERDICT} with --fail-on-regression when no case got a verdict (all too "
@@ -132,6 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "until each is called or DURATION (90s, 10m, 1h) is spent; verdicts by alpha spending, the "
         "false-verdict rate still at most --alpha",
     )
+    add_unpaired(parser)
     parser.add_argument(
         "--fail-on-regression",
         action="store_true",
@@ -141,6 +147,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--save-dir",
         metavar="DIR",
         help="with refs: where both sides' result files go (default: <results_dir>/compare-<date>-<time>)",
+    )
+
+
+def add_unpaired(parser: argparse.ArgumentParser) -> None:
+    """--unpaired (compare, gate)."""
+    parser.add_argument(
+        "--unpaired",
+        action="store_true",
+        help="with two refs: run each ref's own bench in lifetimes of its own, round by round in turn, "
+        "instead of both refs' gdn_cp paired in each lifetime (use it when bench itself changed; its "
+        "intervals carry the lifetimes' differences)",
     )
 
 
@@ -160,6 +177,7 @@ def main(args: argparse.Namespace) -> int:
         budget_s=args.budget,
         fail_on_regression=args.fail_on_regression,
         save_dir=args.save_dir,
+        paired=not args.unpaired,
     )
 
 
@@ -206,12 +224,15 @@ def side_paths(
     budget_s: float | None = None,
     factor: float = DEFAULT_FACTOR,
     alpha: float = DEFAULT_ALPHA,
+    paired: bool = True,
 ) -> SidePaths:
     """The result file of each side, base then head: a file side's own, a ref side's from running the
-    selected cases on it (both refs alternating round by round; progress on `console`). With `budget_s`
-    (two refs only), rounds are then added to the cases not yet decided, both sides in turn, until each is
-    decided or the budget is spent (`_add_rounds`). Raises KeyboardInterrupt when interrupted (finished
-    cases stay in their files), UserError for run options given with two files."""
+    selected cases on it. Two refs are measured paired (bench.launch.paired: both refs' gdn_cp in each
+    lifetime of the ranks, this checkout's bench measuring), or with `paired` False each with its own bench,
+    alternating round by round (bench.launch.interleave, through `runner`); progress on `console`. With
+    `budget_s` (two refs only), rounds are then added to the cases not yet decided until each is decided or
+    the budget is spent (`_add_rounds`). Raises KeyboardInterrupt when interrupted (finished cases stay in
+    their files), UserError for run options given with two files."""
     if all(isinstance(s, FileSide) for s in sides):
         if scenarios or sets or device or budget_s is not None:
             raise UserError(
@@ -242,8 +263,8 @@ def side_paths(
     folder = Path(save_dir) if save_dir else new_folder(suite.results_dir / f"compare-{now:%Y%m%d-%H%M%S}")
     name = "+".join(s.scenario.name for s in selections if s.cases)
     outputs: list[Path] = []
+    planned = max(c.rounds for s in selections for c in s.cases)
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp, contextlib.ExitStack() as stack:
-        staged = interleave.stage(selections, suite, Path(tmp) / "definitions")
         checkouts = []
         for role, side in zip(("base", "head"), sides, strict=True):
             if isinstance(side, FileSide):
@@ -253,34 +274,42 @@ def side_paths(
             output = free_path(folder / f"{role}-{result_filename(now, side.spec, side.commit, name)}")
             outputs.append(output)
             checkouts.append(Checkout(name=role, side=side, root=root, output=output))
+        n_cases = sum(len(s.cases) for s in selections)
         order = " and ".join(f"{c.name} {c.side.label}" for c in checkouts)
+        how = ""
+        if len(checkouts) > 1:
+            how = (
+                ", paired: both in each lifetime of the ranks, pass by pass in turn"
+                if paired
+                else ", each with its own bench, round by round in turn"
+            )
         console.print(
-            f"running {len(staged.plan)} cases x {staged.rounds} rounds on {escape(order)}"
-            + (", round by round in turn" if len(checkouts) > 1 else "")
-            + f"; results in {escape(display(folder))}"
+            f"running {n_cases} cases x {planned} rounds on {escape(order)}{how}; results in "
+            f"{escape(display(folder))}"
         )
-        # With a budget the files' scenarios allow ADAPTIVE_MAX_ROUNDS (resumable round after round); the
-        # planned rounds run first, as without one.
-        run_sets = [*sets, f"rounds={ADAPTIVE_MAX_ROUNDS}"] if budget_s is not None else list(sets)
+        # With a budget a case may get ADAPTIVE_MAX_ROUNDS (the files' scenarios say so, resumable round after
+        # round); the planned rounds run first, as without one.
+        most = ADAPTIVE_MAX_ROUNDS if budget_s is not None else None
         spent = None
         try:
-            with CaseProgress(console, staged.rounds * len(checkouts)) as progress:
-                interleave.run_alternating(
+            if paired and len(checkouts) == 2:
+                more = _paired_rounds(checkouts, selections, suite, repo, name, most, planned, console)
+            else:
+                more = _unpaired_rounds(
                     checkouts,
-                    staged,
-                    sets=run_sets,
+                    interleave.stage(selections, suite, Path(tmp) / "definitions"),
+                    outputs,
+                    sets=[*sets, f"rounds={most}"] if most is not None else list(sets),
                     device=device,
                     runner=runner,
-                    on_start=lambda c, k: progress.start(f"{c.name} round {k}/{staged.rounds}"),
-                    on_done=lambda c, k, run: progress.done(_round_line(c, k, staged.rounds, run)),
+                    console=console,
                 )
+            runs = more(planned, None)
             if budget_s is not None:
                 spent = _add_rounds(
-                    checkouts,
-                    staged,
-                    sets=run_sets,
-                    device=device,
-                    runner=runner,
+                    runs,
+                    more,
+                    planned,
                     factor=factor,
                     alpha=alpha,
                     started=started,
@@ -303,13 +332,95 @@ def side_paths(
     return SidePaths(outputs, spent)
 
 
-def _add_rounds(
+MoreRounds = Callable[[int, Collection[str] | None], tuple[RunResult, RunResult]]
+"""more(stop_after, keys): run rounds up to `stop_after` of the cases of `keys` (None: every planned case)
+on both sides; both sides' runs after them."""
+
+
+def _paired_rounds(
+    checkouts: Sequence[Checkout],
+    selections: Sequence[Selection],
+    suite: Suite,
+    repo: Path,
+    name: str,
+    most: int | None,
+    planned: int,
+    console: Console,
+) -> MoreRounds:
+    """Rounds of both refs in shared lifetimes (bench.launch.paired), a status line per case and round."""
+    session = PairedSession.open(checkouts, selections, suite, repo=repo, name=name, most_rounds=most)
+
+    def more(stop_after: int, keys: Collection[str] | None) -> tuple[RunResult, RunResult]:
+        cases = [c for c in session.cases if keys is None or c.key() in keys]
+        done = {c.key: len(c.rounds) for c in session.runs[0].cases if c.status == "ok"}
+        with CaseProgress(console, slots_left(cases, done, stop_after)) as progress:
+            return session.run(
+                stop_after,
+                keys,
+                on_start=lambda slot: progress.start(f"{slot.case.key()} round {slot.round + 1}"),
+                on_done=lambda slot, pair: progress.done(_paired_line(slot, pair, planned)),
+            )
+
+    return more
+
+
+def _paired_line(slot: Slot, pair: tuple[CaseResult, CaseResult], planned: int) -> str:
+    """A paired case-round's status line: each side's estimate so far, or why the round failed."""
+    base, head = pair
+    where = f"r{slot.round + 1}/{max(planned, slot.round + 1)} {escape(slot.case.case_id):<36}"
+    if base.status != "ok" or head.status != "ok":
+        return f"[red]failed[/]  {where} {escape(first_line(base.error or head.error))}"
+    shared = "  [bold yellow]contended[/]" if base.rounds[-1].contended else ""
+    return (
+        f"[green]ok[/]      {where} base {escape(format_time(base, contended_mark=False))}, head "
+        f"{escape(format_time(head, contended_mark=False))}{shared}"
+    )
+
+
+def _unpaired_rounds(
     checkouts: Sequence[Checkout],
     staged: interleave.Staged,
+    outputs: Sequence[Path],
     *,
     sets: Sequence[str],
     device: str | None,
     runner: interleave.Runner,
+    console: Console,
+) -> MoreRounds:
+    """Rounds of each ref with its own bench, in turn (bench.launch.interleave), a status line per side and
+    round; a ref against a result file runs the ref alone. `outputs`: both sides' files, base first."""
+    started: set[str] = set()
+    done = 0
+
+    def more(stop_after: int, keys: Collection[str] | None) -> tuple[RunResult, RunResult]:
+        nonlocal done
+        subset = staged
+        if keys is not None:
+            subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in keys])
+        rounds = range(done + 1, stop_after + 1)
+        with CaseProgress(console, len(rounds) * len(checkouts)) as progress:
+            interleave.run_alternating(
+                checkouts,
+                subset,
+                rounds,
+                started=started,
+                sets=sets,
+                device=device,
+                runner=runner,
+                on_start=lambda c, k: progress.start(f"{c.name} round {k}/{stop_after}"),
+                on_done=lambda c, k, run: progress.done(_round_line(c, k, stop_after, run)),
+            )
+        done = stop_after
+        return load_result(outputs[0]), load_result(outputs[1])
+
+    return more
+
+
+def _add_rounds(
+    runs: tuple[RunResult, RunResult],
+    more: MoreRounds,
+    planned: int,
+    *,
     factor: float,
     alpha: float,
     started: float,
@@ -318,32 +429,27 @@ def _add_rounds(
 ) -> float:
     """After the planned rounds, judge every case at each look of `look_rounds` (at `sequential_alpha`); a
     case judged (better, worse, ~) or not comparable is decided and gets no more rounds; the others get
-    rounds up to the next look, one round at a time on both sides in turn, while the next round fits before
-    the deadline (its cost: the last round's, both sides and start-up included; at first the planned
-    rounds' mean). Returns the alpha every look judged at."""
-    looks = look_rounds(staged.rounds, ADAPTIVE_MAX_ROUNDS)
+    rounds up to the next look, one round at a time, while the next round fits before the deadline (its
+    cost: the last round's, both sides and start-up included; at first the planned rounds' mean). Returns
+    the alpha every look judged at."""
+    looks = look_rounds(planned, ADAPTIVE_MAX_ROUNDS)
     spent = sequential_alpha(alpha, len(looks))
-    runs = {c.name: load_result(c.output) for c in checkouts}
     decided: set[str] = set()
-    done = staged.rounds
+    done = planned
     cost = (time.monotonic() - started) / max(done, 1)
     for next_look in [*looks[1:], None]:
-        comparison = compare_runs(runs["base"], runs["head"], factor=factor, alpha=spent)
+        comparison = compare_runs(*runs, factor=factor, alpha=spent)
         decided |= {c.key for c in comparison.cases if c.verdict in JUDGED_VERDICTS | {"not comparable"}}
         open_keys = [c.key for c in comparison.cases if c.key not in decided]
         if not open_keys or next_look is None:
             break
-        subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in open_keys])
         while done < next_look:
             if time.monotonic() + cost > deadline:
                 console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
                 return spent
             done += 1
             begun = time.monotonic()
-            for checkout in checkouts:
-                runs[checkout.name] = runner(
-                    checkout, subset, resume=True, stop_after=done, sets=sets, device=device
-                )
+            runs = more(done, open_keys)
             cost = time.monotonic() - begun
         console.print(f"round {done}: {len(open_keys)} undecided case(s) judged again (alpha {spent:.4f})")
     return spent
@@ -470,11 +576,18 @@ def _notes(comparison: Comparison, single: bool) -> list[str]:
 
 def _rule(comparison: Comparison) -> str:
     confidence = f"{100 * (1 - comparison.alpha):g}%"
+    paired = sum(c.paired for c in comparison.cases)
+    if paired == len(comparison.cases):
+        method = "paired interval: both sides in each lifetime"
+    elif paired:
+        method = f"paired interval for {paired} cases measured in shared lifetimes, else Welch interval"
+    else:
+        method = "Welch interval"
     return (
-        f"head/base of the geometric means of the round medians, [{confidence} Welch interval]; "
-        f"better/worse: the whole interval past x{comparison.factor:g} (or 1/{comparison.factor:g}); too "
-        f"noisy: the interval is wider than x{comparison.factor:g}; detects: the smallest head/base the "
-        "case's data could call worse (its inverse: better); "
+        f"head/base of the geometric means of the round medians, [{confidence} {method}]; "
+        f"better/worse: the whole interval past x{comparison.factor:g} (or 1/{comparison.factor:g}); ~: "
+        f"within 1/{comparison.factor:g} .. x{comparison.factor:g}; too noisy: neither; detects: the "
+        "smallest head/base the case's data could call worse (its inverse: better); "
         "ratio < 1: head faster"
     )
 
@@ -539,6 +652,7 @@ def comparison_json(comparison: Comparison, labels: tuple[str, str]) -> dict[str
                 "p_value": c.p_value,
                 "detectable": c.detectable,
                 "rounds": list(c.rounds),
+                "paired": c.paired,
                 "contended_rounds": list(c.contended_rounds),
                 "memory_delta_bytes": None
                 if c.base.memory is None or c.head.memory is None
@@ -583,6 +697,7 @@ def run(
     console: Console | None = None,
     runner: interleave.Runner = interleave.run_on_side,
     budget_s: float | None = None,
+    paired: bool = True,
 ) -> int:
     """Compare BASE and HEAD (files or refs); returns the exit code (see the module docstring).
 
@@ -595,9 +710,10 @@ def run(
         fmt: "table" (rich), "markdown" (printed as is, for a PR comment) or "json" (comparison_json)
         fail_on_regression: return 3 when a case is worse or failed on head only
         save_dir: with refs, the folder of both sides' result files
-        runner: runs one case on one side (bench.launch.interleave.run_on_side); a test hook
+        runner: runs one round on one side, unpaired (bench.launch.interleave.run_on_side); a test hook
         budget_s: with two refs, add rounds to the undecided cases until each is decided or this many
             seconds have passed (sequential verdicts: bench.results.comparison.sequential_alpha)
+        paired: two refs measured paired (bench.launch.paired); False: each with its own bench
     """
     console = console or default_console
     if fmt not in FORMATS:
@@ -620,6 +736,7 @@ def run(
             budget_s=budget_s,
             factor=factor,
             alpha=alpha,
+            paired=paired,
         )
     except KeyboardInterrupt:
         return 130

@@ -1,11 +1,12 @@
 """`bench gate BASE HEAD --verify FILE`: may a change go in? Head must be faster or equal, and exact.
 
 BASE and HEAD are `bench run` result files, or git refs: refs are run as `bench compare BASE HEAD` runs them
-(each ref's own code in a temporary worktree, alternating case by case; both result files kept in
---save-dir). `--verify` names head's `bench verify` result files (repeatable), `--base-verify` base's, shown
-beside them. The timing verdicts come from bench.results.comparison, the judgement from bench.results.gate:
-slower = a case "worse", or ok on base but failed on head; inexact = a head check above its bar, or a head
-check that failed to run; any other timing state (not comparable, contended, ...) is no verdict.
+(paired in shared lifetimes of the ranks, or with --unpaired each ref's own bench; both result files kept
+in --save-dir). `--verify` names head's `bench verify` result files (repeatable), `--base-verify` base's,
+shown beside them. The timing verdicts come from bench.results.comparison, the judgement from
+bench.results.gate: slower = a case "worse", or ok on base but failed on head; inexact = a head check above
+its bar, or a head check that failed to run; any other timing state (not comparable, contended, ...) is no
+verdict.
 
 Exit codes (EXIT_CODES), for CI:
     0  pass: no case slower, every head check exact, and at least one timing judged and one check run
@@ -108,6 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with two refs: add rounds to the undecided cases until called or DURATION is spent (as bench "
         "compare --budget)",
     )
+    compare_command.add_unpaired(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -125,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         save_dir=args.save_dir,
         budget_s=args.budget,
+        paired=not args.unpaired,
     )
 
 
@@ -197,6 +200,7 @@ def run(
     save_dir: str | None = None,
     console: Console | None = None,
     budget_s: float | None = None,
+    paired: bool = True,
 ) -> int:
     """Gate HEAD against BASE on timing and head's accuracy checks; returns the exit code (EXIT_CODES).
     `budget_s`: with two refs, compare's adaptive rounds (bench compare --budget), verdicts at its alpha."""
@@ -227,6 +231,7 @@ def run(
             budget_s=budget_s,
             factor=factor,
             alpha=alpha,
+            paired=paired,
         )
     except KeyboardInterrupt:
         return 130

@@ -202,16 +202,19 @@ Runner = Callable[..., RunResult]
 def run_alternating(
     checkouts: Sequence[Checkout],
     staged: Staged,
+    rounds: Sequence[int] | None = None,
     *,
+    started: set[str] | None = None,
     sets: Sequence[str] = (),
     device: str | None = None,
     runner: Runner = run_on_side,
     on_start: Callable[[Checkout, int], None] = lambda checkout, round_: None,
     on_done: Callable[[Checkout, int, RunResult], None] = lambda checkout, round_, run: None,
 ) -> None:
-    """Every round on every checkout in turn: round 1 on each side, then round 2, ... (1-based rounds)."""
-    started: set[str] = set()
-    for round_ in range(1, staged.rounds + 1):
+    """`rounds` (1-based; default 1 .. staged.rounds) on every checkout in turn: the first round on each side,
+    then the next, ... `started`: the checkouts whose files exist (resumed, not created), updated."""
+    started = set() if started is None else started
+    for round_ in rounds if rounds is not None else range(1, staged.rounds + 1):
         for checkout in checkouts:
             on_start(checkout, round_)
             run = runner(

@@ -113,6 +113,8 @@ class Outcome:
     """What rank 0's rank function returned (RankResults for `bench run`); None unless ok."""
     error: str | None = None
     wall_s: float = 0.0
+    lifetime: str | None = None
+    """The id of the ranks' lifetime it ran in (a local pool's); None under torchrun (the job's one)."""
 
 
 @contextlib.contextmanager
@@ -143,7 +145,7 @@ class PoolRunner:
         answer = self.pool.run(case)
         if answer.failure is not None:
             return Outcome(status="failed", error=str(answer.failure), wall_s=answer.wall_s)
-        return Outcome(status="ok", results=answer.value, wall_s=answer.wall_s)
+        return Outcome(status="ok", results=answer.value, wall_s=answer.wall_s, lifetime=answer.lifetime)
 
 
 class LocalLauncher:

@@ -84,6 +84,8 @@ class PoolAnswer:
     """Why the case failed: the root cause's rank and message."""
     wall_s: float = 0.0
     """From handing the case to the ranks to the last answer (starting the pool not included)."""
+    lifetime: str | None = None
+    """The id of the pool lifetime that ran it (RankPool.lifetime)."""
 
     @property
     def ok(self) -> bool:
@@ -123,6 +125,8 @@ class RankPool:
         self.env = dict(env or {})
         self.starts = 0
         """Pool lifetimes started so far (restarts after failures included)."""
+        self.lifetime: str | None = None
+        """The current lifetime's id (its store prefix), a new one at every start; None before the first."""
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[Connection] = []
         self._thread_ids: dict[int, int] = {}
@@ -149,7 +153,7 @@ class RankPool:
         self.starts += 1
         self._folder = Path(tempfile.mkdtemp(prefix="bench-pool-"))
         self._store = loopback_store(datetime.timedelta(seconds=self.timeout_s))
-        prefix = f"pool-{uuid.uuid4().hex}"
+        prefix = self.lifetime = f"pool-{uuid.uuid4().hex}"
         ctx = rank_context([rank_main.__module__, self.fn.__module__, *self.preload])
         for rank in range(self.world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
@@ -231,7 +235,7 @@ class RankPool:
         reports = self._collect(lambda r: r.kind == "done", deadline, index=index)
         wall = time.monotonic() - start
         if len(reports) == self.world_size and all(r.kind == "done" for r in reports.values()):
-            return PoolAnswer(value=reports[0].value, wall_s=wall)
+            return PoolAnswer(value=reports[0].value, wall_s=wall, lifetime=self.lifetime)
         failure = self._root_cause(reports, deadline=deadline, limit=self.timeout_s, what="the case")
         self.close(kill=True)
         return PoolAnswer(failure=failure, wall_s=time.monotonic() - start)

@@ -47,7 +47,13 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
         return CaseResult(case=case, status=outcome.status, error=outcome.error, rounds=rounds, wall_s=wall)
     r = outcome.results
     rounds.append(
-        RoundResult(samples_s=r.samples_s, contention=r.contention, wall_s=outcome.wall_s, position=position)
+        RoundResult(
+            samples_s=r.samples_s,
+            contention=r.contention,
+            wall_s=outcome.wall_s,
+            position=position,
+            lifetime=outcome.lifetime,
+        )
     )
     used = clean_rounds(rounds)
     pooled = [[s for rd in rounds for s in rd.samples_s[rank]] for rank in range(case.cp)]
@@ -86,7 +92,7 @@ RECENT = 64
 """Windows kept for `with_earlier` (far more than a short case needs)."""
 
 
-def _judge_with_earlier(outcome: Outcome, recent: list[Window]) -> None:
+def judge_with_earlier(outcome: Outcome, recent: list[Window]) -> None:
     """Judge the outcome's contention with the windows before it where its own is too short; its own
     window joins `recent`."""
     found = getattr(outcome.results, "contention", None)
@@ -96,6 +102,11 @@ def _judge_with_earlier(outcome: Outcome, recent: list[Window]) -> None:
     if found.window is not None:
         recent.append(found.window)
         del recent[:-RECENT]
+
+
+def recent_windows() -> list[Window]:
+    """The windows a sweep starts with for `judge_with_earlier`: the idle moment before its first case."""
+    return [w] if (w := probe()) is not None else []
 
 
 def run_rounds(
@@ -114,7 +125,7 @@ def run_rounds(
     results of `cases`, in their order."""
     # Windows of the case-rounds run so far, the idle moment before the first: a case too short for the
     # ticks is judged with those just before it (bench.measure.contention.with_earlier).
-    recent: list[Window] = [w] if (w := probe()) is not None else []
+    recent = recent_windows()
     keys = {c.key() for c in cases}
     latest: dict[str, CaseResult] = {p.key: p for p in previous if p.status == "ok" and p.key in keys}
     done = {key: len(r.rounds) for key, r in latest.items()}
@@ -128,7 +139,7 @@ def run_rounds(
                     on_start(slot)
                     key = slot.case.key()
                     outcome = runner.run(slot.case)
-                    _judge_with_earlier(outcome, recent)
+                    judge_with_earlier(outcome, recent)
                     result = with_round(latest.get(key), slot.case, outcome, slot.position)
                     latest[key] = result
                     if result.status == "ok":

@@ -92,7 +92,7 @@ def profiler_peak_above_start(step: Callable[[], object]) -> int:
 
 
 def measure_peak(
-    step: Callable[[], object], platform: Platform, live: Iterable[torch.Tensor]
+    step: Callable[[], object], platform: Platform, live: Iterable[torch.Tensor], *, foreign_bytes: int = 0
 ) -> MemoryReading:
     """Peak allocated bytes while `step()` runs once on this rank.
 
@@ -100,6 +100,9 @@ def measure_peak(
         step: one pass; what it returns (a forward's output, holding its graph) is dropped after it
         platform: the device; npu/cuda read the allocator, cpu runs the profiler
         live: tensors live at the start that the cpu meter counts as baseline (the allocator sees them anyway)
+        foreign_bytes: bytes of tensors live at the start that are not the step's (a paired compare's other
+            layer): the allocator's readings are taken less them (the cpu meter counts `live` alone); the
+            device's used memory cannot be, and keeps them
     """
     gc.collect()
     platform.synchronize()
@@ -110,8 +113,8 @@ def measure_peak(
         platform.synchronize()
         free, total = platform.memory_info(local_rank()) or (0, 0)
         return MemoryReading(
-            peak_bytes=platform.max_memory_allocated(),
-            baseline_bytes=baseline,
+            peak_bytes=platform.max_memory_allocated() - foreign_bytes,
+            baseline_bytes=baseline - foreign_bytes,
             meter=f"{platform.device_type}-allocator",
             device_used_bytes=total - free,
         )

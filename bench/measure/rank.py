@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,13 +38,12 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, load_average, pin_threads
-from bench.measure.memory import measure_peak
+from bench.measure.library import THIS, Library, load_library
+from bench.measure.memory import measure_peak, tensor_bytes
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from bench.suite.config import Case
-from gdn_cp import LinearAttentionContextParallel
 from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform, shard_sequence
 from gdn_cp.dtypes import accumulation_dtype, matmul_precision
-from gdn_cp.layers import seeded_layer
 
 
 @dataclass(kw_only=True, slots=True)
@@ -95,9 +94,10 @@ def cu_seqlens_of(case: Case) -> torch.Tensor | None:
 
 
 def build_pass(
-    case: Case, platform: Platform, group: ProcessGroup | None = None
+    case: Case, platform: Platform, group: ProcessGroup | None = None, library: Library = THIS
 ) -> tuple[Callable[[], torch.Tensor | None], Callable[[], None], list[torch.Tensor]]:
-    """The case's layer and data on this rank; returns (step, clear_grads, live tensors).
+    """The case's layer (built with `library`'s gdn_cp: this checkout's unless a paired compare loaded
+    another, bench.measure.library) and data on this rank; returns (step, clear_grads, live tensors).
 
     `step()` runs the case's pass once: forward returns the output (its autograd graph lives until the caller
     drops it, as in training before backward), forward_backward and prefill return None. `clear_grads()` sets
@@ -105,7 +105,8 @@ def build_pass(
     """
     device = platform.device(local_rank())
     config = case.layer
-    layer = seeded_layer(config, case.seed, device)  # drawn on the CPU: the same weights on any device
+    # drawn on the CPU: the same weights on any device
+    layer = library.seeded_layer(library.config(config), case.seed, device)
     generator = torch.Generator().manual_seed(case.seed + 1)
     shape = (case.batch, case.seq_len, case.layer.hidden_size)
     x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
@@ -118,7 +119,7 @@ def build_pass(
         else _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
     )
     cu_seqlens = cu_seqlens_of(case)
-    style = LinearAttentionContextParallel(
+    style = library.context_parallel(
         mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout, overlap=case.overlap
     )
     layer = style.apply(layer, group)
@@ -155,28 +156,39 @@ def warm(step: Callable[[], torch.Tensor | None], clear_grads: Callable[[], None
         clear_grads()
 
 
-def time_pass(
-    step: Callable[[], torch.Tensor | None],
-    clear_grads: Callable[[], None],
-    case: Case,
-    platform: Platform,
-    *,
-    warmup: int,
-    group: ProcessGroup | None = None,
-) -> list[float]:
-    """`warmup` untimed passes, then `case.repeat` timed passes on this rank; elapsed seconds per repeat."""
-    warm(step, clear_grads, warmup)
-    samples = []
-    for _ in range(case.repeat):
-        dist.barrier(group)
-        platform.synchronize()
-        start = time.perf_counter()
-        out = step()
-        platform.synchronize()
-        samples.append(time.perf_counter() - start)
-        del out  # a forward's graph is freed after the stop: tearing it down is not part of the pass
-        clear_grads()
+Pass = tuple[Callable[[], torch.Tensor | None], Callable[[], None]]
+"""(step, clear_grads) of one built pass (build_pass)."""
+
+
+def time_passes(
+    passes: Sequence[Pass], repeat: int, platform: Platform, group: ProcessGroup | None = None
+) -> list[list[float]]:
+    """`repeat` timed passes of each of `passes` on this rank, [pass][repeat] elapsed seconds. With two (a
+    paired compare: base's and head's layer) they take turns, ABBA: repeat i runs them in order when i is
+    even and in reverse when odd, so that neither is always the one that runs right after the other."""
+    samples: list[list[float]] = [[] for _ in passes]
+    for i in range(repeat):
+        order = range(len(passes)) if i % 2 == 0 else range(len(passes) - 1, -1, -1)
+        for side in order:
+            step, clear_grads = passes[side]
+            dist.barrier(group)
+            platform.synchronize()
+            start = time.perf_counter()
+            out = step()
+            platform.synchronize()
+            samples[side].append(time.perf_counter() - start)
+            del out  # a forward's graph is freed after the stop: tearing it down is not part of the pass
+            clear_grads()
     return samples
+
+
+@dataclass(frozen=True, slots=True)
+class PairedCase:
+    """A case to measure with two checkouts' gdn_cp in one lifetime (bench.launch.paired), base first."""
+
+    case: Case
+    roots: tuple[str, str]
+    """The worktrees of base and head (bench.measure.library.load_library)."""
 
 
 def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = None) -> RankResults:
@@ -184,26 +196,46 @@ def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = N
     case's CP group; None: the default group, a launch of cp ranks), its matmuls at the case's precision."""
     platform = resolve_platform(device_kind)
     with matmul_precision(case.precision, platform.device_type):
-        return _measure(case, platform, group)
+        return _measure(case, platform, group, [THIS])[0]
 
 
-def _measure(case: Case, platform: Platform, group: ProcessGroup | None) -> RankResults:
+def measure_pair_on_rank(
+    paired: PairedCase, device_kind: str, group: ProcessGroup | None = None
+) -> list[RankResults]:
+    """measure_on_rank with base's and head's gdn_cp in this one process, their timed passes in turn
+    (time_passes); [base, head], which share the contention window and the matmul reading."""
+    libraries = [load_library(root) for root in paired.roots]
+    platform = resolve_platform(device_kind)
+    with matmul_precision(paired.case.precision, platform.device_type):
+        return _measure(paired.case, platform, group, libraries)
+
+
+def _measure(
+    case: Case, platform: Platform, group: ProcessGroup | None, libraries: Sequence[Library]
+) -> list[RankResults]:
+    """The case measured with each of `libraries` (one: bench run; two: a paired compare), one RankResults
+    each."""
     # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
     pinned = platform.device_type == "cpu" and pin_threads(
         local_rank(), local_world_size(), torch.get_num_threads()
     )
     # The contention window: building, warmup and the timed passes (long enough for /proc/stat's ticks).
     load_before, ticks_before, cpu_before = load_average(), cpu_ticks(), time.process_time()
-    step, clear_grads, live = build_pass(case, platform, group)
-    warm(step, clear_grads, max(0, case.warmup - 1))
-    memory = measure_peak(step, platform, live)  # the last warmup pass (module docstring)
-    clear_grads()
-    samples = time_pass(step, clear_grads, case, platform, warmup=0, group=group)
+    built = [build_pass(case, platform, group, library) for library in libraries]
+    for step, clear_grads, _ in built:
+        warm(step, clear_grads, max(0, case.warmup - 1))
+    memories = []
+    for side, (step, clear_grads, live) in enumerate(built):
+        # the last warmup pass (module docstring); the other sides' tensors are not this side's memory
+        others = tensor_bytes(t for i, other in enumerate(built) if i != side for t in other[2])
+        memories.append(measure_peak(step, platform, live, foreign_bytes=others))
+        clear_grads()
+    samples = time_passes([(step, clear) for step, clear, _ in built], case.repeat, platform, group)
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
     dist.barrier(group)
     layer = case.layer
-    core_dtype, device = accumulation_dtype(layer.dtype), live[-1].device
+    core_dtype, device = accumulation_dtype(layer.dtype), built[0][2][-1].device
     calibration = matmul_gflops(
         layer.chunk_size,
         layer.head_k_dim,
@@ -212,31 +244,29 @@ def _measure(case: Case, platform: Platform, group: ProcessGroup | None) -> Rank
         device=device,
         platform=platform,
     )
-    mine = (
-        samples,
-        memory.peak_bytes,
-        memory.baseline_bytes,
-        calibration,
-        reading,
-        pinned,
-        memory.device_used_bytes,
-    )
+    mine = (samples, memories, calibration, reading, pinned)
     everyone: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, mine, group=group)
-    return RankResults(
-        samples_s=[r[0] for r in everyone],
-        peak_bytes=[r[1] for r in everyone],
-        baseline_bytes=[r[2] for r in everyone],
-        device_used_bytes=None if memory.device_used_bytes is None else [r[6] for r in everyone],
-        meter=memory.meter,
-        device_name=platform.device_name(local_rank()),
-        threads=torch.get_num_threads(),
-        matmul_gflops=[r[3] for r in everyone],
-        matmul_dtype=matmul_dtype_name(core_dtype, device),
-        contention=judge(
-            [r[4] for r in everyone],
-            load_before=load_before,
-            load_after=load_after,
-            pinned=all(r[5] for r in everyone),
-        ),
+    contention = judge(
+        [r[3] for r in everyone],
+        load_before=load_before,
+        load_after=load_after,
+        pinned=all(r[4] for r in everyone),
     )
+    return [
+        RankResults(
+            samples_s=[r[0][side] for r in everyone],
+            peak_bytes=[r[1][side].peak_bytes for r in everyone],
+            baseline_bytes=[r[1][side].baseline_bytes for r in everyone],
+            device_used_bytes=None
+            if memories[side].device_used_bytes is None
+            else [r[1][side].device_used_bytes for r in everyone],
+            meter=memories[side].meter,
+            device_name=platform.device_name(local_rank()),
+            threads=torch.get_num_threads(),
+            matmul_gflops=[r[2] for r in everyone],
+            matmul_dtype=matmul_dtype_name(core_dtype, device),
+            contention=contention,
+        )
+        for side in range(len(libraries))
+    ]

@@ -6,12 +6,18 @@ the two measurements are comparable (`comparability`); the rest is listed with w
 
 The statistics are per round, not per repeat (bench.results.statistics): the repeats of one round share a
 process lifetime and are correlated, so each round counts once, by its median. The ratio is head/base of
-the geometric means of the round medians, with Welch's (1 - alpha) interval on their logarithms. Verdict:
-"worse" when the whole interval lies at or above the factor, "better" when at or below 1/factor; "too
-noisy" when the interval is wider than the factor (or a side has one round: no interval), with the smallest
-ratio this data could call worse (`detectable`); else "~". Rounds timed while the machine was shared
+the geometric means of the round medians, with a (1 - alpha) interval on their logarithms (paired or
+Welch's, below). Verdict: "worse" when the whole interval lies at or above the factor, "better" when at or
+below 1/factor, "~" when it lies within [1/factor, factor]; else "too noisy" (also when a side has one
+round: no interval); every case carries the smallest ratio its data could call worse (`detectable`). Rounds
+timed while the machine was shared
 (bench.measure.contention) are left out per round; a side left with fewer than two clean rounds gets
 "contended", no verdict.
+
+Pairing: where base and head measured a case's rounds in shared lifetimes of the ranks (a paired `bench
+compare REF REF`: RoundResult.lifetime), every clean round having its partner, the interval is the paired
+one over the lifetimes' differences (bench.results.statistics.paired_ratio_interval), in which what a
+lifetime shares cancels; otherwise Welch's over the two sides' rounds.
 
 Drift: rounds of two refs interleaved in one session (`bench compare REF REF`: both files carry the same
 `session`) share the machine's drift, which the interval then covers. Two files measured at different
@@ -27,7 +33,13 @@ from typing import Any, Literal
 
 from bench.errors import first_line
 from bench.records import to_dict
-from bench.results.statistics import RatioInterval, classify, ratio_interval, smallest_detectable
+from bench.results.statistics import (
+    RatioInterval,
+    classify,
+    paired_ratio_interval,
+    ratio_interval,
+    smallest_detectable,
+)
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import Case
 
@@ -35,8 +47,10 @@ Verdict = Literal["better", "worse", "~", "too noisy", "contended", "not compara
 JUDGED_VERDICTS: frozenset[str] = frozenset({"better", "worse", "~"})
 """The verdicts the data decided; every other state is no verdict (too noisy, contended, not comparable)."""
 
-DEFAULT_FACTOR = 1.10
-"""A change smaller than 10% either way is never a verdict; an interval wider than 10% is "too noisy"."""
+DEFAULT_FACTOR = 1.05
+"""A change smaller than 5% either way is never a verdict. Below the smallest change worth catching (10%),
+so that one of 10% can be called: a change equal to the factor is called at most half the time, however
+many rounds run (its interval straddles the factor)."""
 DEFAULT_ALPHA = 0.05
 """1 - the confidence of the ratio's interval (0.05: 95%)."""
 MIN_ROUNDS = 2
@@ -87,7 +101,7 @@ class CaseComparison:
     ratio: float
     """head / base of the estimates: geometric means of the clean round medians."""
     p_value: float | None
-    """Two-sided Welch t test of the log round medians (None: a side has one round)."""
+    """Two-sided t test of the log round medians, Welch's or paired (None: a side has one round)."""
     verdict: Verdict
     low: float | None = None
     """Lower end of the ratio's (1 - alpha) interval (None: a side has fewer than two clean rounds)."""
@@ -104,6 +118,8 @@ class CaseComparison:
     """Why the two measurements are not comparable (None: they are)."""
     forced: bool = False
     """Compared although not comparable (--force); the verdict stands, with the reason as a warning."""
+    paired: bool = False
+    """The interval is the paired one (both sides measured in shared lifetimes), not Welch's."""
 
     @property
     def memory_delta_mib(self) -> float | None:
@@ -226,6 +242,16 @@ def clean_medians(result: CaseResult) -> tuple[list[float], int]:
     return clean, len(result.rounds) - len(clean)
 
 
+def paired_medians(base: CaseResult, head: CaseResult) -> list[tuple[float, float]] | None:
+    """(base, head) round medians of each lifetime both sides measured the case in, neither round contended;
+    None unless every clean round of either side has its partner (rounds not measured in pairs)."""
+    b = {r.lifetime: r.median_s for r in base.rounds if not r.contended}
+    h = {r.lifetime: r.median_s for r in head.rounds if not r.contended}
+    if None in b or None in h or b.keys() != h.keys() or len(b) != sum(not r.contended for r in base.rounds):
+        return None
+    return [(b[k], h[k]) for k in b]
+
+
 def compare_case(
     base_run: RunResult,
     base: CaseResult,
@@ -239,8 +265,11 @@ def compare_case(
     """Ratio, interval and verdict of one case that is ok on both sides."""
     (b, b_shared), (h, h_shared) = clean_medians(base), clean_medians(head)
     reason = comparability(base_run, base, head_run, head)
+    pairs = paired_medians(base, head)
     interval: RatioInterval | None = None
-    if b and h:
+    if pairs:
+        interval = paired_ratio_interval(pairs, 1.0 - alpha)
+    elif b and h:
         interval = ratio_interval(b, h, 1.0 - alpha)
     else:  # every round of a side contended: the ratio of all rounds, for the record only
         interval = ratio_interval([r.median_s for r in base.rounds], [r.median_s for r in head.rounds])
@@ -268,6 +297,7 @@ def compare_case(
         contended_rounds=(b_shared, h_shared),
         not_comparable=reason,
         forced=reason is not None and force,
+        paired=interval.paired,
     )
 
 

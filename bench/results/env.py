@@ -133,6 +133,12 @@ def commit_metadata(repo: Path, commit: str) -> tuple[str | None, str | None]:
     return date or None, subject or None
 
 
+def commit_info(repo: Path, commit: str) -> GitInfo:
+    """A commit of `repo` as checked out on its own (detached, clean): the code a ref's run measures."""
+    date, subject = commit_metadata(repo, commit)
+    return GitInfo(commit=commit, branch="HEAD", dirty=False, date=date, subject=subject)
+
+
 def now_iso() -> str:
     """The local time with its offset, to the second: how result files timestamp things."""
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
@@ -214,9 +220,11 @@ def collect_environment(
     world_sizes: list[int],
     launcher: str,
     local_rank: int | None = None,
+    git: GitInfo | None = None,
 ) -> Environment:
-    """This host's environment; `local_rank`: this process is that rank of a torchrun job."""
-    git = git_info()
+    """This host's environment; `local_rank`: this process is that rank of a torchrun job; `git`: the code
+    measured, when it is not this checkout's (a paired compare's refs; default git_info())."""
+    git = git or git_info()
     return Environment(
         **host_environment(platform, host_device_name(platform, local_rank), git),
         git_branch=git.branch,

@@ -13,6 +13,10 @@ older version is converted step by step, as plain JSON data, into the current la
   grad_norm_rel and a verify record's failures (both recomputed from the stored numbers; `passed` stays).
 - 4: the environment records the commit's date and subject (`git_date`, `git_subject`: where a run sits in
   `bench history`); null in older files.
+- 5: paired measurement (`bench compare REF REF` times both refs' layers in one lifetime of the ranks): a
+  round records the lifetime it ran in (`lifetime`, which the two sides of a paired round share) and a run
+  the commit of the bench that measured it when that is not the measured code's own (`measured_by`); null
+  in older files.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 from bench.measure.timing import rank_max
 from bench.results.statistics import estimate
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version `bench run` writes. Bump it when the layout changes, add a line above and a step below."""
 
 Data = dict[str, Any]
@@ -133,10 +137,17 @@ def _from_3(data: Data) -> Data:
     return {**data, "environment": {"git_date": None, "git_subject": None, **data["environment"]}}
 
 
+def _from_4(data: Data) -> Data:
+    """Version 4 -> 5 (module docstring)."""
+    cases = [{**case, "rounds": [{"lifetime": None, **r} for r in case["rounds"]]} for case in data["cases"]]
+    return {"measured_by": None, **data, "cases": cases}
+
+
 STEPS: dict[int, tuple[str, Callable[[Data], Data]]] = {
     1: ("the samples of each case become its one round", _from_1),
     2: ("the layer nests in its case, keys added inside version 2 get the values they meant", _from_2),
     3: ("the environment gets the commit's date and subject, unknown", _from_3),
+    4: ("rounds get their lifetime and runs the bench that measured them, unknown", _from_4),
 }
 """Version -> (what converting it does, the step to the next version)."""
 

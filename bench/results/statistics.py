@@ -20,11 +20,17 @@ repeats: close to normal) and widens honestly at small R (t_{0.975, 2} = 4.30).
   REF REF`) see the same drift spread over both sides, which inflates both variances alike: the interval
   stays valid (conservative). Two files measured at different times do not: drift between them is not in
   either variance.
-- Verdict against a factor f > 1: "worse" when the whole interval lies at or above f, "better" when at or
-  below 1/f; otherwise "too noisy" when the interval is wider than f (high / low > f: it could not tell a
-  change of f from none), else "~". Under no change a verdict needs the interval to miss 1 by a factor f,
-  so the false-verdict rate is below alpha / 2 per side. The smallest ratio the data could call worse is
-  f * half-width (its interval has the same width), which "too noisy" reports.
+- Paired rounds (a paired `bench compare REF REF`: both refs' layers timed in one lifetime of the ranks,
+  pass by pass in turn): each lifetime gives one difference log h_r - log b_r, in which what the lifetime
+  shares cancels; the ratio is exp(mean difference) with the one-sample t interval over the R lifetimes
+  (R - 1 degrees of freedom). The lifetimes are independent, so it is as valid as Welch's, and narrower by
+  as much as the lifetimes differ from each other.
+- Verdict against a factor f > 1, the smallest change that matters: "worse" when the whole interval lies
+  at or above f, "better" when at or below 1/f, "~" when it lies within [1/f, f] (no change of f either
+  way); otherwise "too noisy": the interval reaches past f or 1/f without lying past it, so the data cannot
+  tell a change of f from a smaller one (more rounds would). Under no change a verdict needs the interval
+  to miss 1 by a factor f, so the false-verdict rate is below alpha / 2 per side. The smallest ratio the
+  data could call worse is f * half-width (its interval has the same width): every compare reports it.
 """
 
 from __future__ import annotations
@@ -107,6 +113,8 @@ class RatioInterval:
     """Two-sided Welch t test on the log round medians (no change: log ratio 0); None with one round."""
     rounds: tuple[int, int]
     """Round medians used, (base, head)."""
+    paired: bool = False
+    """From paired rounds (paired_ratio_interval), else Welch's over two sides' rounds (ratio_interval)."""
 
     @property
     def half_width(self) -> float | None:
@@ -135,18 +143,39 @@ def ratio_interval(
     return RatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, (b.size, h.size))
 
 
+def paired_ratio_interval(
+    pairs: Sequence[tuple[float, float]], confidence: float = CONFIDENCE
+) -> RatioInterval:
+    """head/base from round medians measured in pairs, [(base_s, head_s)] one per lifetime: the one-sample t
+    interval of the differences of their logarithms (module docstring)."""
+    if not pairs:
+        raise ValueError("need at least one pair of round medians")
+    b, h = _logs([p[0] for p in pairs]), _logs([p[1] for p in pairs])
+    d = h - b
+    n, diff = d.size, float(d.mean())
+    if n < 2:
+        return RatioInterval(math.exp(diff), None, None, None, (n, n), paired=True)
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    if se == 0.0:  # the same difference in every lifetime: exact
+        p = 1.0 if diff == 0.0 else 0.0
+        return RatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), p, (n, n), paired=True)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, n - 1))
+    return RatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, (n, n), paired=True)
+
+
 def classify(interval: RatioInterval, factor: float) -> RatioVerdict:
-    """better / worse when the whole interval lies past the factor; too noisy when it is wider than the
-    factor (or missing); else ~ (module docstring)."""
+    """better / worse when the whole interval lies past the factor; ~ when it lies within [1/factor,
+    factor]; else (or without an interval) too noisy (module docstring)."""
     if interval.low is None or interval.high is None:
         return "too noisy"
     if interval.low >= factor:
         return "worse"
     if interval.high <= 1.0 / factor:
         return "better"
-    if interval.high / interval.low > factor:
-        return "too noisy"
-    return "~"
+    if interval.low >= 1.0 / factor and interval.high <= factor:
+        return "~"
+    return "too noisy"
 
 
 def smallest_detectable(interval: RatioInterval, factor: float) -> float | None:

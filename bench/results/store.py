@@ -114,6 +114,9 @@ class RoundResult:
     position: int = 0
     """Its place in the round's shuffled order (0: first); see RunResult.schedule_seed."""
     started_at: str = field(default_factory=now_iso)
+    lifetime: str | None = None
+    """The id of the ranks' lifetime (a local pool's) it ran in; None under torchrun and in older files. The
+    two sides of a paired `bench compare REF REF` record one id for a case's round, both measured in it."""
 
     @property
     def median_s(self) -> float:
@@ -222,6 +225,10 @@ class RunResult:
     session: str | None = None
     """Shared by the two sides of a `bench compare REF REF`, whose rounds ran interleaved in one session
     (the BENCH_SESSION environment variable); None for a run of its own."""
+    measured_by: str | None = None
+    """The commit of the bench that measured this run's code when it is not the code's own (environment's
+    git_commit): a paired `bench compare REF REF` measures both refs' gdn_cp with the bench of the checkout
+    it runs in (bench.launch.paired); None: the code's own bench."""
 
     def get(self, key: str) -> CaseResult | None:
         return next((c for c in self.cases if c.key == key), None)

@@ -25,7 +25,7 @@ from bench.launch.gitrefs import RefSide, resolve_side
 from bench.launch.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
 from bench.measure.contention import Contention
 from bench.measure.timing import summarize
-from bench.results.comparison import comparability, compare_runs, look_rounds
+from bench.results.comparison import DEFAULT_FACTOR, comparability, compare_runs, look_rounds
 from bench.results.env import Environment
 from bench.results.statistics import estimate
 from bench.results.store import CaseResult, MemoryResult, RoundResult, RunResult, load_result, save_result
@@ -210,13 +210,55 @@ def test_rounds_of_one_session_are_interleaved():
     assert not compare_runs(base, head).interleaved
 
 
+def with_lifetimes(result: CaseResult, ids: list[str | None]) -> CaseResult:
+    """`result` with its rounds' lifetimes set to `ids`."""
+    rounds = [dataclasses.replace(r, lifetime=i) for r, i in zip(result.rounds, ids, strict=True)]
+    return dataclasses.replace(result, rounds=rounds)
+
+
+def test_rounds_measured_in_shared_lifetimes_compare_paired():
+    """Lifetimes 20% apart that both sides share: Welch's interval carries that spread, the paired one
+    cancels it and calls the 25% slower head."""
+    lives = np.array([1.0, 1.2, 0.85, 1.1, 0.95])
+    base, head = ok(case(), 100, rounds=5), ok(case(), 125, rounds=5)
+    for result, centre in ((base, 0.100), (head, 0.125)):
+        for r, life in zip(result.rounds, lives * centre * (1 + 0.01 * np.arange(5)), strict=True):
+            r.samples_s = [[float(life)] * 3, [float(life) * 0.9] * 3]
+    ids = [f"pool-{i}" for i in range(5)]
+    (paired,) = compare_runs(run_of(with_lifetimes(base, ids)), run_of(with_lifetimes(head, ids))).cases
+    (welch,) = compare_runs(run_of(base), run_of(head)).cases
+    assert paired.paired and paired.verdict == "worse" and paired.low > 1.2
+    assert not welch.paired and welch.verdict == "too noisy" and welch.detectable > 1.25  # blind to it
+    # a lifetime only one side has, or a side without lifetimes (an older file): not paired
+    other = [*ids[:4], "pool-x"]
+    (mixed,) = compare_runs(run_of(with_lifetimes(base, ids)), run_of(with_lifetimes(head, other))).cases
+    (older,) = compare_runs(run_of(with_lifetimes(base, ids)), run_of(head)).cases
+    assert not mixed.paired and not older.paired
+
+
+def test_a_contended_paired_round_leaves_out_both_sides():
+    ids = [f"pool-{i}" for i in range(4)]
+    base, head = (with_lifetimes(ok(case(), ms, rounds=4, seed=s), ids) for ms, s in ((100, 1), (101, 2)))
+    shared = Contention(foreign=0.6, steal=0.0, load_before=2.0, load_after=2.0)
+    for result in (base, head):
+        result.rounds[1] = dataclasses.replace(result.rounds[1], contention=shared)
+    (c,) = compare_runs(run_of(base), run_of(head)).cases
+    assert c.paired and c.rounds == (3, 3) and c.contended_rounds == (1, 1)
+
+
 def test_a_small_significant_change_is_not_a_verdict():
-    (c,) = compare_runs(run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 105, spread=0.001))).cases
-    assert c.p_value < 0.001 and c.verdict == "~"  # 5% < the 10% factor
+    (c,) = compare_runs(run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 103, spread=0.001))).cases
+    assert c.p_value < 0.001 and c.verdict == "~"  # 3% < the 5% factor: the interval lies within it
     (c,) = compare_runs(
-        run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 105, spread=0.001)), factor=1.03
+        run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 103, spread=0.001)), factor=1.02
     ).cases
     assert c.verdict == "worse"
+
+
+def test_an_interval_across_the_factor_is_undecided():
+    """5% slower, measured tightly, against a 5% factor: the interval straddles it, so neither worse nor ~."""
+    (c,) = compare_runs(run_of(ok(case(), 100, spread=0.001)), run_of(ok(case(), 105, spread=0.001))).cases
+    assert c.low < DEFAULT_FACTOR < c.high and c.verdict == "too noisy"
 
 
 def test_mismatched_environments_are_not_comparable_unless_forced():
@@ -362,7 +404,7 @@ def test_json_output_for_ci_bots(files):
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     assert compare.run(str(files["base"]), str(files["slower"]), fmt="json", console=console) == 0
     data = json.loads(console.export_text())
-    assert data["counts"]["worse"] == 1 and data["counts"]["~"] == 1 and data["factor"] == 1.10
+    assert data["counts"]["worse"] == 1 and data["counts"]["~"] == 1 and data["factor"] == DEFAULT_FACTOR
     worse = next(c for c in data["cases"] if c["verdict"] == "worse")
     slower = load_result(files["slower"]).get(worse["key"])
     assert worse["judged"] and worse["low"] <= worse["ratio"] <= worse["high"] and worse["low"] >= 1.10
@@ -534,7 +576,9 @@ def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
     monkeypatch.chdir(repo)
 
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
-    code = compare.run("HEAD~1", "HEAD", [str(scenario)], save_dir=str(tmp_path / "out"), console=console)
+    code = compare.run(
+        "HEAD~1", "HEAD", [str(scenario)], save_dir=str(tmp_path / "out"), console=console, paired=False
+    )
     text = console.export_text()
     assert code == 0, text
     (base_file,) = (tmp_path / "out").glob("base-*.json")
@@ -552,7 +596,7 @@ def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Refs: the orchestration (worktrees, staging, saving, Ctrl-C), with a stand-in for the per-case subprocess
+# Unpaired refs: the orchestration (worktrees, staging, saving, Ctrl-C), a stand-in for each side's round
 
 
 @pytest.fixture
@@ -617,6 +661,7 @@ def test_refs_run_alternating_in_worktrees_and_are_saved(repo, tmp_path):
         console=console,
         runner=stand_in(calls),
         fail_on_regression=True,
+        paired=False,
     )
     text = console.export_text()
     assert code == 3, text  # head is twice as slow
@@ -649,7 +694,14 @@ def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp
     console = Console(width=200, record=True, file=io.StringIO())
     runner = stand_in(calls, head_factor=1.25, spread=0.12)
     code = compare.run(
-        "HEAD", "main", save_dir=str(tmp_path / "s"), runner=runner, console=console, fmt="json", budget_s=600
+        "HEAD",
+        "main",
+        save_dir=str(tmp_path / "s"),
+        runner=runner,
+        console=console,
+        fmt="json",
+        budget_s=600,
+        paired=False,
     )
     data = json.loads(console.export_text())
     assert code == 0 and {c["verdict"] for c in data["cases"]} == {"worse"}, data["summary"]
@@ -675,6 +727,7 @@ def test_a_budget_never_calls_an_unchanged_head(repo, tmp_path):
             console=console,
             fmt="json",
             budget_s=600,
+            paired=False,
         )
         == 0
     )
@@ -692,7 +745,8 @@ def test_a_budget_needs_two_refs(files):
 def test_a_ref_against_a_file_runs_only_the_files_cases(repo, tmp_path):
     base = tmp_path / "base.json"
     calls: list = []
-    compare.run("HEAD", "HEAD", save_dir=str(tmp_path / "first"), runner=stand_in(calls), console=QUIET)
+    first_dir = str(tmp_path / "first")
+    compare.run("HEAD", "HEAD", save_dir=first_dir, runner=stand_in(calls), console=QUIET, paired=False)
     (first,) = (tmp_path / "first").glob("base-*.json")
     run = load_result(first)
     run.cases = run.cases[:1]
@@ -717,6 +771,7 @@ def test_ctrl_c_removes_the_worktrees_and_keeps_what_finished(repo, tmp_path):
         save_dir=str(tmp_path / "saved"),
         runner=stand_in(calls, interrupt_at=3),
         console=QUIET,
+        paired=False,
     )
     assert code == 130 and len(calls) == 3
     assert git(repo, "worktree", "list").count("\n") == 0

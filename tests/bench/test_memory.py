@@ -85,3 +85,7 @@ def test_on_a_device_the_allocator_peak_comes_with_the_device_used_memory(monkey
     assert reading.device_used_bytes == 20 * 2**30
     names = [c[0] for c in calls]
     assert names.index("step") < names.index("mem_get_info") and ("mem_get_info", 3) in calls
+    # a paired compare's other layer (live, not this step's) is taken out of the allocator's readings
+    other = measure_peak(lambda: None, platform, [], foreign_bytes=MIB // 2)
+    assert (other.peak_bytes, other.baseline_bytes) == (5 * MIB - MIB // 2, MIB // 2)
+    assert other.device_used_bytes == 20 * 2**30  # the device's used memory cannot be split

@@ -151,7 +151,7 @@ def test_version_2_files_mean_what_they_meant(tmp_path: Path):
         old = {k: v for k, v in result.items() if k not in (*ADDED_IN_2["case result"], "case")}
         v2["cases"].append({**old, "params": params})
     upgraded = upgrade(v2)
-    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3]
+    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3, 4]
     path.write_text(json.dumps(v2))
     run = load_result(path)
     first = run.cases[0]
@@ -163,6 +163,21 @@ def test_version_2_files_mean_what_they_meant(tmp_path: Path):
     )
     assert first.throughput is None and first.contention is None and run.command is None
     assert first.case.layer.rms_norm_eps == 1e-6 and first.case.case_id == data["cases"][0]["case"]["case_id"]
+
+
+def test_version_4_files_read_without_lifetimes_or_harness(tmp_path: Path):
+    """Version 4 had no round lifetimes and no `measured_by`: they read as unknown, so no round pairs."""
+    path, _ = _written(tmp_path)
+    data = json.loads(path.read_text())
+    v4 = {k: v for k, v in data.items() if k != "measured_by"} | {"schema_version": 4}
+    v4["cases"] = [
+        {**c, "rounds": [{k: v for k, v in r.items() if k != "lifetime"} for r in c["rounds"]]}
+        for c in data["cases"]
+    ]
+    path.write_text(json.dumps(v4))
+    run = load_result(path)
+    assert run.measured_by is None and run.schema_version == SCHEMA_VERSION
+    assert all(r.lifetime is None for c in run.cases for r in c.rounds) and run.cases[0].rounds
 
 
 def test_a_converted_file_that_is_wrong_says_it_was_converted(tmp_path: Path):

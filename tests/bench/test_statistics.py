@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from bench.results.statistics import (
+    RatioInterval,
     classify,
     estimate,
     format_estimate,
+    paired_ratio_interval,
     ratio_interval,
     smallest_detectable,
 )
@@ -124,3 +126,71 @@ def test_the_estimate_is_the_geometric_mean_of_round_medians():
     assert format_estimate(est).startswith("20.000 ms [")
     with pytest.raises(ValueError, match="finite and > 0"):
         estimate([0.01, 0.0])
+
+
+def lifetimes(rng: np.random.Generator, ratio: float, rounds: int, shared: float, own: float):
+    """Paired rounds: each lifetime r slows both sides alike by its shared offset (thread and memory
+    placement, the clock: `shared`), and each side's layer by an offset of its own (`own`)."""
+    offsets = rng.normal(0.0, shared, rounds)
+    base = 0.010 * np.exp(offsets + rng.normal(0.0, own, rounds))
+    head = 0.010 * ratio * np.exp(offsets + rng.normal(0.0, own, rounds))
+    return list(zip(base, head, strict=True))
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.25])
+def test_the_paired_interval_holds_its_confidence(ratio: float):
+    """Lifetimes 13% apart (this VM's), the sides 2% apart inside one: the paired interval covers the true
+    ratio 95% of the time; the shared part cancels, so it is several times narrower than Welch's on the same
+    rounds, which must carry the lifetimes' differences."""
+    rng = np.random.default_rng(21)
+    covered, paired_widths, welch_widths = 0, [], []
+    for _ in range(TRIALS):
+        pairs = lifetimes(rng, ratio, 5, shared=0.13, own=0.02)
+        interval = paired_ratio_interval(pairs, 1 - ALPHA)
+        covered += interval.low <= ratio <= interval.high
+        paired_widths.append(interval.half_width)
+        welch = ratio_interval([b for b, _ in pairs], [h for _, h in pairs], 1 - ALPHA)
+        welch_widths.append(welch.half_width)
+    assert abs(covered / TRIALS - (1 - ALPHA)) < 0.015
+    assert np.log(np.median(welch_widths)) > 4 * np.log(np.median(paired_widths))
+
+
+def test_paired_rounds_call_a_quarter_slower_head_where_welch_cannot():
+    rng = np.random.default_rng(22)
+    paired, welch = [], []
+    for _ in range(500):
+        pairs = lifetimes(rng, 1.25, 5, shared=0.13, own=0.02)
+        paired.append(classify(paired_ratio_interval(pairs, 1 - ALPHA), FACTOR))
+        welch.append(classify(ratio_interval([b for b, _ in pairs], [h for _, h in pairs]), FACTOR))
+    assert paired.count("worse") / 500 >= 0.95 and welch.count("worse") / 500 < 0.5
+
+
+def test_paired_rounds_of_one_code_get_a_verdict_at_most_alpha_of_the_time():
+    rng = np.random.default_rng(23)
+    false = 0
+    for _ in range(TRIALS):
+        interval = paired_ratio_interval(lifetimes(rng, 1.0, 5, shared=0.13, own=0.03), 1 - ALPHA)
+        false += classify(interval, 1.05) in ("better", "worse")
+    assert false / TRIALS <= ALPHA / 2
+
+
+def test_one_pair_has_no_interval_and_equal_pairs_are_exact():
+    one = paired_ratio_interval([(0.010, 0.012)])
+    assert one.low is None and one.p_value is None and one.paired and math.isclose(one.ratio, 1.2)
+    exact = paired_ratio_interval([(0.010, 0.012), (0.020, 0.024)])  # the same ratio in both lifetimes
+    assert math.isclose(exact.low, 1.2) and math.isclose(exact.high, 1.2) and exact.p_value < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [
+        (1.12, 1.30, "worse"),
+        (0.70, 0.90, "better"),
+        (0.95, 1.05, "~"),  # no change of 10% either way
+        (1.02, 1.15, "too noisy"),  # could be a change of 10%, could be less
+        (0.85, 1.20, "too noisy"),
+    ],
+)
+def test_verdicts_by_where_the_interval_lies(low: float, high: float, verdict: str):
+    interval = RatioInterval(math.sqrt(low * high), low, high, 0.5, (5, 5))
+    assert classify(interval, FACTOR) == verdict
