@@ -47,6 +47,7 @@ from bench.errors import UserError, first_line
 from bench.launch import interleave
 from bench.launch.gitrefs import FileSide, RefSide, Side, repo_root, resolve_side, worktree
 from bench.launch.interleave import Checkout
+from bench.launch.launcher import sigterm_as_interrupt
 from bench.launch.paired import PairedSession
 from bench.launch.schedule import Slot, slots_left
 from bench.render.document import Table as DocTable
@@ -257,6 +258,17 @@ def side_paths(
         listed = ", ".join(s.scenario.name for s in selections)
         narrowed = "--filter and the result file's cases" if file_run is not None else "--filter"
         raise UserError(f"no case of {listed} is left after {narrowed}; see `bench list {listed}`")
+    fewest = min(c.rounds for s in selections for c in s.cases)
+    if (
+        file_run is None
+        and fewest < suite.config.compare_rounds
+        and all(o.key != "rounds" for o in overrides)
+    ):
+        # two refs: every case gets at least the suite's compare_rounds (both modes run `--set rounds=N`)
+        most = max(c.rounds for s in selections for c in s.cases)
+        sets = [*sets, f"rounds={max(most, suite.config.compare_rounds)}"]
+        overrides = parse_overrides(sets, device)
+        selections = select(suite, names, overrides, parse_filters(filters))
     repo = repo_root(Path.cwd())
     assert repo is not None  # resolve_side found the refs in it
     now = datetime.datetime.now()
@@ -264,7 +276,12 @@ def side_paths(
     name = "+".join(s.scenario.name for s in selections if s.cases)
     outputs: list[Path] = []
     planned = max(c.rounds for s in selections for c in s.cases)
-    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp, contextlib.ExitStack() as stack:
+    # SIGTERM (a CI job cancelled) stops like Ctrl-C: the worktrees are removed, finished cases kept
+    with (
+        sigterm_as_interrupt(),
+        tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         checkouts = []
         for role, side in zip(("base", "head"), sides, strict=True):
             if isinstance(side, FileSide):

@@ -76,6 +76,10 @@ class SuiteConfig:
     """Rounds per case: each round is a separate lifetime of the ranks (a pool), every case once per round,
     in a shuffled order, so that drift spreads over all cases; the case's time and its 95% interval come
     from the round medians (bench.results.statistics: one round gives no interval)."""
+    compare_rounds: int = 10
+    """Rounds each case gets in a `bench compare` or `bench gate` of two git refs, where its scenario plans
+    fewer and no `--set rounds` is given: a verdict on a ratio needs more than an estimate of one time does
+    (on the 2-core VM, 5 paired rounds of cpu-smoke called a 1.25x slower forward on 14 of 19 cases)."""
     threads_per_rank: int | None = None
     """torch threads per rank; null: cores // ranks (at least 1)."""
     timeout_s: float = 600.0
@@ -96,7 +100,7 @@ class SuiteConfig:
         check_fields(self)
         if self.warmup < 0:
             raise FieldError("warmup", f"must be >= 0, got {self.warmup}; use 0 for no warmup")
-        require_positive(self, "repeat", "rounds", "threads_per_rank")
+        require_positive(self, "repeat", "rounds", "compare_rounds", "threads_per_rank")
         if self.timeout_s <= 0:
             raise FieldError("timeout_s", f"must be > 0 seconds, got {self.timeout_s}; e.g. timeout_s: 600")
 

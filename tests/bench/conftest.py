@@ -25,6 +25,7 @@ device: cpu
 warmup: 1
 repeat: 2
 rounds: 2
+compare_rounds: 2
 timeout_s: 60
 default_scenario: tiny
 """

@@ -577,7 +577,13 @@ def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
 
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     code = compare.run(
-        "HEAD~1", "HEAD", [str(scenario)], save_dir=str(tmp_path / "out"), console=console, paired=False
+        "HEAD~1",
+        "HEAD",
+        [str(scenario)],
+        sets=["rounds=2"],
+        save_dir=str(tmp_path / "out"),
+        console=console,
+        paired=False,
     )
     text = console.export_text()
     assert code == 0, text
@@ -684,6 +690,23 @@ def test_refs_run_alternating_in_worktrees_and_are_saved(repo, tmp_path):
     assert "0 better, 4 worse, 0 ~, 0 not comparable" in text and "compare them again" in text
     assert "drift between the two runs is not controlled" not in text
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_two_refs_get_the_suites_compare_rounds_unless_rounds_are_set(repo, tmp_path):
+    """A verdict needs more rounds than a run's estimate: two refs get compare_rounds (3 here) where the
+    scenario plans fewer (2); `--set rounds` is the user's word and stands."""
+    (repo / "bench.yaml").write_text(
+        (repo / "bench.yaml").read_text().replace("compare_rounds: 2", "compare_rounds: 3")
+    )
+    for sets, rounds in (((), 3), (("rounds=2",), 2)):
+        calls: list = []
+        save = tmp_path / f"saved-{rounds}"
+        compare.run(
+            "HEAD", "main", sets=sets, save_dir=str(save), console=QUIET, runner=stand_in(calls), paired=False
+        )
+        assert [k for _, k, *_ in calls] == [k for k in range(1, rounds + 1) for _side in (0, 1)]
+        (head_file,) = save.glob("head-*.json")
+        assert all(c.case.rounds == rounds for c in load_result(head_file).cases)
 
 
 def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp_path):

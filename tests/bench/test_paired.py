@@ -139,7 +139,9 @@ def test_a_paired_compare_measures_each_refs_layer_in_shared_lifetimes(tmp_path:
     monkeypatch.chdir(repo)
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     started = datetime.datetime.now()
-    code = compare.run("HEAD~1", "HEAD", [str(scenario)], save_dir=str(tmp_path / "out"), console=console)
+    code = compare.run(
+        "HEAD~1", "HEAD", [str(scenario)], sets=["rounds=2"], save_dir=str(tmp_path / "out"), console=console
+    )
     text = console.export_text()
     assert code == 0, text
     (base_file,) = (tmp_path / "out").glob("base-*.json")
