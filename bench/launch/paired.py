@@ -98,7 +98,9 @@ def run_paired_rounds(
                 for slot in batch.slots:
                     on_start(slot)
                     key = slot.case.key()
-                    outcome = runner.run(PairedCase(case=slot.case, roots=sides.roots))
+                    # the side that opens the timed turns alternates by round (time_passes)
+                    paired = PairedCase(case=slot.case, roots=sides.roots, first=slot.round % 2)
+                    outcome = runner.run(paired)
                     base, head = _side(outcome, 0), _side(outcome, 1)
                     judge_with_earlier(base, recent)
                     if base.results is not None and head.results is not None:  # one window: one judgement

@@ -161,14 +161,21 @@ Pass = tuple[Callable[[], torch.Tensor | None], Callable[[], None]]
 
 
 def time_passes(
-    passes: Sequence[Pass], repeat: int, platform: Platform, group: ProcessGroup | None = None
+    passes: Sequence[Pass],
+    repeat: int,
+    platform: Platform,
+    group: ProcessGroup | None = None,
+    *,
+    first: int = 0,
 ) -> list[list[float]]:
     """`repeat` timed passes of each of `passes` on this rank, [pass][repeat] elapsed seconds. With two (a
-    paired compare: base's and head's layer) they take turns, ABBA: repeat i runs them in order when i is
-    even and in reverse when odd, so that neither is always the one that runs right after the other."""
+    paired compare: base's and head's layer) they take turns, ABBA: repeat i runs them in order when
+    i + `first` is even and in reverse when odd, so that neither is always the one that runs right after the
+    other; with an odd `repeat` one side runs second once more, which `first` (alternated by round) evens
+    out over the rounds."""
     samples: list[list[float]] = [[] for _ in passes]
     for i in range(repeat):
-        order = range(len(passes)) if i % 2 == 0 else range(len(passes) - 1, -1, -1)
+        order = range(len(passes)) if (i + first) % 2 == 0 else range(len(passes) - 1, -1, -1)
         for side in order:
             step, clear_grads = passes[side]
             dist.barrier(group)
@@ -189,6 +196,8 @@ class PairedCase:
     case: Case
     roots: tuple[str, str]
     """The worktrees of base and head (bench.measure.library.load_library)."""
+    first: int = 0
+    """Which side's pass opens the timed turns (time_passes): 0 base, 1 head; alternated by round."""
 
 
 def measure_on_rank(case: Case, device_kind: str, group: ProcessGroup | None = None) -> RankResults:
@@ -207,14 +216,19 @@ def measure_pair_on_rank(
     libraries = [load_library(root) for root in paired.roots]
     platform = resolve_platform(device_kind)
     with matmul_precision(paired.case.precision, platform.device_type):
-        return _measure(paired.case, platform, group, libraries)
+        return _measure(paired.case, platform, group, libraries, first=paired.first)
 
 
 def _measure(
-    case: Case, platform: Platform, group: ProcessGroup | None, libraries: Sequence[Library]
+    case: Case,
+    platform: Platform,
+    group: ProcessGroup | None,
+    libraries: Sequence[Library],
+    *,
+    first: int = 0,
 ) -> list[RankResults]:
-    """The case measured with each of `libraries` (one: bench run; two: a paired compare), one RankResults
-    each."""
+    """The case measured with each of `libraries` (one: bench run; two: a paired compare, `first` opening
+    its timed turns), one RankResults each."""
     # Ranks that fit the host's cores get cores of their own: no migration, no two ranks on one core.
     pinned = platform.device_type == "cpu" and pin_threads(
         local_rank(), local_world_size(), torch.get_num_threads()
@@ -230,7 +244,9 @@ def _measure(
         others = tensor_bytes(t for i, other in enumerate(built) if i != side for t in other[2])
         memories.append(measure_peak(step, platform, live, foreign_bytes=others))
         clear_grads()
-    samples = time_passes([(step, clear) for step, clear, _ in built], case.repeat, platform, group)
+    samples = time_passes(
+        [(step, clear) for step, clear, _ in built], case.repeat, platform, group, first=first
+    )
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
     dist.barrier(group)

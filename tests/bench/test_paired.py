@@ -70,17 +70,21 @@ def test_a_checkout_without_what_the_harness_needs_is_refused(tmp_path: Path):
         check_libraries([str(broken)], ["head v2"])
 
 
-def test_two_passes_take_turns_abba():
-    """Repeat i runs the passes in order when i is even, reversed when odd; each pass its own samples."""
+def test_two_passes_take_turns_abba_and_rounds_alternate_who_opens():
+    """Repeat i runs the passes in order when i + first is even, reversed when odd; each pass its own
+    samples. With 3 repeats base runs second once in a round that base opens and twice in one head opens."""
     order: list[str] = []
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         passes = [(lambda n=n: order.append(n), lambda: None) for n in ("base", "head")]
         samples = time_passes(passes, 4, resolve_platform("cpu"))
+        assert order == ["base", "head", "head", "base", "base", "head", "head", "base"]
+        assert [len(s) for s in samples] == [4, 4] and all(t >= 0 for s in samples for t in s)
+        order.clear()
+        time_passes(passes, 3, resolve_platform("cpu"), first=1)
     finally:
         dist.destroy_process_group()
-    assert order == ["base", "head", "head", "base", "base", "head", "head", "base"]
-    assert [len(s) for s in samples] == [4, 4] and all(t >= 0 for s in samples for t in s)
+    assert order == ["head", "base", "base", "head", "head", "base"]
 
 
 SLOW_FORWARD = """
