@@ -593,8 +593,11 @@ def _notes(comparison: Comparison, single: bool) -> list[str]:
 
 def _rule(comparison: Comparison) -> str:
     confidence = f"{100 * (1 - comparison.alpha):g}%"
-    paired = sum(c.paired for c in comparison.cases)
-    if paired == len(comparison.cases):
+    judged = [c for c in comparison.cases if c.low is not None]  # the cases with an interval
+    paired = sum(c.paired for c in judged)
+    if not judged:
+        method = "interval"
+    elif paired == len(judged):
         method = "paired interval: both sides in each lifetime"
     elif paired:
         method = f"paired interval for {paired} cases measured in shared lifetimes, else Welch interval"
