@@ -128,8 +128,9 @@ def git(repo: Path, *args: str) -> str:
 @pytest.mark.multirank
 def test_a_paired_compare_measures_each_refs_layer_in_shared_lifetimes(tmp_path: Path, monkeypatch):
     """Base and head differ in gdn_cp alone: head's forward sleeps 30 ms. Paired, both run in each lifetime
-    of the ranks (cp 1 and cp 2), measured by this checkout's bench: head's times carry the sleep, base's do
-    not, and every round of a case has its partner."""
+    of the ranks (cp 1 and cp 2), measured by this checkout's bench: head's passes carry the sleep, base's do
+    not, and every round of a case has its partner. (Tiny passes on a shared machine sometimes take 100+ ms,
+    so the check is on each side's fastest pass, not its estimate.)"""
     repo = checkout_copy(tmp_path / "repo")
     git(repo, "init", "--quiet", "-b", "main")
     git(repo, "add", ".")
@@ -161,7 +162,9 @@ def test_a_paired_compare_measures_each_refs_layer_in_shared_lifetimes(tmp_path:
         assert b.status == h.status == "ok", (b.error, h.error)
         assert [r.lifetime for r in b.rounds] == [r.lifetime for r in h.rounds] and len(b.rounds) == 2
         assert len({r.lifetime for r in b.rounds}) == 2  # each round a lifetime of its own
-        assert h.estimate.median_s > b.estimate.median_s + 0.025 and b.estimate.median_s < 0.025
-    assert "paired" in text and "worse" in text
+        # every head pass sleeps 30 ms; base's do not (minima: a pass can be slowed, never sped up)
+        assert min(s for r in h.rounds for s in r.samples_s[0]) >= 0.03
+        assert min(s for r in b.rounds for s in r.samples_s[0]) < 0.025
+    assert "paired: both in each lifetime of the ranks" in text
     assert git(repo, "worktree", "list").count("\n") == 0
     assert datetime.datetime.now() - started < datetime.timedelta(minutes=3)
