@@ -21,6 +21,7 @@ as failed on both sides and runs no further rounds; the others go on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -30,8 +31,8 @@ from pathlib import Path
 from bench.errors import UserError
 from bench.launch.interleave import Checkout
 from bench.launch.launcher import LocalLauncher, Outcome, prepare_launch
-from bench.launch.schedule import Slot, new_seed, round_batches, rounds_wanted
-from bench.launch.sweep import judge_with_earlier, recent_windows, with_round
+from bench.launch.schedule import Slot, new_seed
+from bench.launch.sweep import judge_with_earlier, recent_windows, round_slots, with_round
 from bench.measure.library import LibraryError, load_library
 from bench.measure.rank import PairedCase, measure_pair_on_rank
 from bench.results.env import collect_environment, commit_info, git_info
@@ -90,33 +91,29 @@ def run_paired_rounds(
     latest = [{p.key: p for p in side if p.status == "ok" and p.key in keys} for side in previous]
     done = {key: len(r.rounds) for key, r in latest[0].items()}
     ended: set[str] = set()
-    last = max((rounds_wanted(c, stop_after) for c in cases), default=0)
-    for index in range(last):
-        live = [c for c in cases if c.key() not in ended]
-        for batch in round_batches(live, done, index, seed, stop_after):
-            with launcher.pool(batch.cp) as runner:
-                for slot in batch.slots:
-                    on_start(slot)
-                    key = slot.case.key()
-                    # the side that opens the timed turns alternates by round (time_passes)
-                    paired = PairedCase(case=slot.case, roots=sides.roots, first=slot.round % 2)
-                    outcome = runner.run(paired)
-                    base, head = _side(outcome, 0), _side(outcome, 1)
-                    judge_with_earlier(base, recent)
-                    if base.results is not None and head.results is not None:  # one window: one judgement
-                        head.results.contention = base.results.contention
-                    results = tuple(
-                        with_round(latest[i].get(key), slot.case, o, slot.position)
-                        for i, o in enumerate((base, head))
-                    )
-                    for i, result in enumerate(results):
-                        latest[i][key] = result
-                        sides.writers[i].add(result)
-                    if results[0].status == "ok":
-                        done[key] = len(results[0].rounds)
-                    else:
-                        ended.add(key)
-                    on_done(slot, (results[0], results[1]))
+    slots = round_slots(cases, launcher, done=done, ended=ended, seed=seed, stop_after=stop_after)
+    with contextlib.closing(slots):
+        for slot, runner in slots:
+            on_start(slot)
+            key = slot.case.key()
+            # the side that opens the timed turns alternates by round (time_passes)
+            outcome = runner.run(PairedCase(case=slot.case, roots=sides.roots, first=slot.round % 2))
+            base, head = _side(outcome, 0), _side(outcome, 1)
+            judge_with_earlier(base, recent)
+            if base.results is not None and head.results is not None:  # one window: one judgement
+                head.results.contention = base.results.contention
+            results = tuple(
+                with_round(latest[i].get(key), slot.case, o, slot.position)
+                for i, o in enumerate((base, head))
+            )
+            for i, result in enumerate(results):
+                latest[i][key] = result
+                sides.writers[i].add(result)
+            if results[0].status == "ok":
+                done[key] = len(results[0].rounds)
+            else:
+                ended.add(key)
+            on_done(slot, (results[0], results[1]))
     out = tuple([side[c.key()] for c in cases if c.key() in side] for side in latest)
     return out[0], out[1]
 
@@ -155,11 +152,11 @@ class PairedSession:
             cases = [dataclasses.replace(c, rounds=most_rounds) for c in cases]
         harness = git_info()
         seed, session = new_seed(), uuid.uuid4().hex
+        scenarios = {s.scenario.name: s.scenario.to_dict() for s in selections}
+        if most_rounds is not None:
+            scenarios = {k: {**v, "rounds": most_rounds} for k, v in scenarios.items()}
         writers = []
         for checkout in checkouts:
-            scenarios = {s.scenario.name: s.scenario.to_dict() for s in selections}
-            if most_rounds is not None:
-                scenarios = {k: {**v, "rounds": most_rounds} for k, v in scenarios.items()}
             run = RunResult(
                 name=name,
                 environment=collect_environment(

@@ -9,7 +9,7 @@ only the rounds they lack; its failed cases start again.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from bench.launch.launcher import Outcome
@@ -109,6 +109,28 @@ def recent_windows() -> list[Window]:
     return [w] if (w := probe()) is not None else []
 
 
+def round_slots(
+    cases: Sequence[Case],
+    launcher: Launcher,
+    *,
+    done: Mapping[str, int],
+    ended: Collection[str],
+    seed: int,
+    stop_after: int | None = None,
+) -> Iterator[tuple[Slot, CaseRunner]]:
+    """The slots of every case's missing rounds, in their order (bench.launch.schedule), each with the
+    runner of the pool it runs in (a lifetime per CP degree and round). `done` (rounds per case key) and
+    `ended` (keys that get no more rounds) are read as each round starts: the caller updates them as its
+    slots finish. Close it (contextlib.closing) so that an error in the caller closes the pool at once."""
+    last = max((rounds_wanted(c, stop_after) for c in cases), default=0)
+    for index in range(last):
+        live = [c for c in cases if c.key() not in ended]
+        for batch in round_batches(live, done, index, seed, stop_after):
+            with launcher.pool(batch.cp) as runner:
+                for slot in batch.slots:
+                    yield slot, runner
+
+
 def run_rounds(
     cases: Sequence[Case],
     launcher: Launcher,
@@ -130,23 +152,20 @@ def run_rounds(
     latest: dict[str, CaseResult] = {p.key: p for p in previous if p.status == "ok" and p.key in keys}
     done = {key: len(r.rounds) for key, r in latest.items()}
     ended: set[str] = set()
-    last = max((rounds_wanted(c, stop_after) for c in cases), default=0)
-    for index in range(last):
-        live = [c for c in cases if c.key() not in ended]
-        for batch in round_batches(live, done, index, seed, stop_after):
-            with launcher.pool(batch.cp) as runner:
-                for slot in batch.slots:
-                    on_start(slot)
-                    key = slot.case.key()
-                    outcome = runner.run(slot.case)
-                    judge_with_earlier(outcome, recent)
-                    result = with_round(latest.get(key), slot.case, outcome, slot.position)
-                    latest[key] = result
-                    if result.status == "ok":
-                        done[key] = len(result.rounds)
-                    else:
-                        ended.add(key)
-                    if writer is not None:
-                        writer.add(result)
-                    on_done(slot, result)
+    slots = round_slots(cases, launcher, done=done, ended=ended, seed=seed, stop_after=stop_after)
+    with contextlib.closing(slots):
+        for slot, runner in slots:
+            on_start(slot)
+            key = slot.case.key()
+            outcome = runner.run(slot.case)
+            judge_with_earlier(outcome, recent)
+            result = with_round(latest.get(key), slot.case, outcome, slot.position)
+            latest[key] = result
+            if result.status == "ok":
+                done[key] = len(result.rounds)
+            else:
+                ended.add(key)
+            if writer is not None:
+                writer.add(result)
+            on_done(slot, result)
     return [latest[c.key()] for c in cases if c.key() in latest]

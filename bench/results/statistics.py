@@ -124,6 +124,21 @@ class RatioInterval:
         return math.sqrt(self.high / self.low)
 
 
+def _t_ratio(
+    diff: float, se: float, df: float, rounds: tuple[int, int], confidence: float, *, paired: bool
+) -> RatioInterval:
+    """exp(diff) with the t interval of its standard error `se` at `df` degrees of freedom (a difference of
+    log times), and the two-sided p-value of no change; se 0: the difference is exact."""
+    if se == 0.0:
+        p = 1.0 if diff == 0.0 else 0.0
+        return RatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), p, rounds, paired=paired)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    return RatioInterval(
+        math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, rounds, paired=paired
+    )
+
+
 def ratio_interval(
     base_medians: Sequence[float], head_medians: Sequence[float], confidence: float = CONFIDENCE
 ) -> RatioInterval:
@@ -133,14 +148,9 @@ def ratio_interval(
     if b.size < 2 or h.size < 2:
         return RatioInterval(math.exp(diff), None, None, None, (b.size, h.size))
     vb, vh = float(b.var(ddof=1)) / b.size, float(h.var(ddof=1)) / h.size
-    se = math.sqrt(vb + vh)
-    if se == 0.0:  # identical rounds on each side: the difference is exact
-        p = 1.0 if diff == 0.0 else 0.0
-        return RatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), p, (b.size, h.size))
-    df = (vb + vh) ** 2 / (vb**2 / (b.size - 1) + vh**2 / (h.size - 1))  # Welch-Satterthwaite
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    p = float(2 * stats.t.sf(abs(diff) / se, df))
-    return RatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, (b.size, h.size))
+    se = math.sqrt(vb + vh)  # 0: identical rounds on each side
+    df = (vb + vh) ** 2 / (vb**2 / (b.size - 1) + vh**2 / (h.size - 1)) if se else 1.0  # Welch-Satterthwaite
+    return _t_ratio(diff, se, df, (b.size, h.size), confidence, paired=False)
 
 
 def paired_ratio_interval(
@@ -155,13 +165,8 @@ def paired_ratio_interval(
     n, diff = d.size, float(d.mean())
     if n < 2:
         return RatioInterval(math.exp(diff), None, None, None, (n, n), paired=True)
-    se = float(d.std(ddof=1)) / math.sqrt(n)
-    if se == 0.0:  # the same difference in every lifetime: exact
-        p = 1.0 if diff == 0.0 else 0.0
-        return RatioInterval(math.exp(diff), math.exp(diff), math.exp(diff), p, (n, n), paired=True)
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
-    p = float(2 * stats.t.sf(abs(diff) / se, n - 1))
-    return RatioInterval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p, (n, n), paired=True)
+    se = float(d.std(ddof=1)) / math.sqrt(n)  # 0: the same difference in every lifetime
+    return _t_ratio(diff, se, n - 1, (n, n), confidence, paired=True)
 
 
 def classify(interval: RatioInterval, factor: float) -> RatioVerdict:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from gitrepo import git
 from rich.console import Console
 from tiny import TINY_LAYER_YAML
 
@@ -28,13 +28,6 @@ SCENARIO = TINY_LAYER_YAML + (
 )
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t"}
-    env["GIT_COMMITTER_EMAIL"] = "t@x"
-    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A repository of four commits of this code: two alike, one whose bench cannot start, one fixed."""
@@ -43,25 +36,25 @@ def repo(tmp_path: Path) -> Path:
         shutil.copytree(ROOT / package, repo / package, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "scenarios").mkdir()
     (repo / "scenarios" / "tiny.yaml").write_text(SCENARIO)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
     (repo / "NOTES").write_text("a change outside the code\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "two")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "two")
     cli = repo / "bench" / "cli.py"
     good = cli.read_text()
     cli.write_text(good + "\nraise ImportError('broken on purpose')\n")
-    _git(repo, "commit", "-qam", "broken")
+    git(repo, "commit", "-qam", "broken")
     cli.write_text(good)
-    _git(repo, "commit", "-qam", "fixed")
+    git(repo, "commit", "-qam", "fixed")
     return repo
 
 
 def test_ranges_and_refs_resolve_oldest_first(repo: Path):
-    first = _git(repo, "rev-list", "--max-parents=0", "HEAD")
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
     sides = resolve_commits(repo, [first, f"{first}..HEAD", "HEAD"])
-    assert [_git(repo, "log", "-1", "--format=%s", s.commit) for s in sides] == [
+    assert [git(repo, "log", "-1", "--format=%s", s.commit) for s in sides] == [
         "one",
         "two",
         "broken",
@@ -78,7 +71,7 @@ def test_a_backfill_records_every_commit_and_resumes(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.chdir(repo)
-    first = _git(repo, "rev-list", "--max-parents=0", "HEAD")
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
     history = tmp_path / "history"
 
     def backfill() -> int:
@@ -87,7 +80,7 @@ def test_a_backfill_records_every_commit_and_resumes(
 
     assert backfill() == 2  # a commit failed, the others ran
     folder = history / "m" / "tiny"
-    commits = _git(repo, "rev-list", "--reverse", "HEAD").split()
+    commits = git(repo, "rev-list", "--reverse", "HEAD").split()
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [f"{c[:12]}.json" for c in (commits[0], commits[1], commits[3])]
         + [f"{commits[2][:12]}{FAILED_SUFFIX}"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from gitrepo import git
 from rich.console import Console
 from tiny import TINY_LAYER, TINY_LAYER_YAML
 
@@ -549,17 +550,6 @@ pass: [forward]
 MARKER = "compare-test marker: head's store.py"
 
 
-def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
-
-
 @IN_GIT
 @pytest.mark.multirank
 def test_compare_two_refs_runs_each_refs_own_code(tmp_path, monkeypatch):
@@ -709,16 +699,13 @@ def test_two_refs_get_the_suites_compare_rounds_unless_rounds_are_set(repo, tmp_
         assert all(c.case.rounds == rounds for c in load_result(head_file).cases)
 
 
-def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp_path):
-    """Head 1.25x slower, round medians scattered by 12%: two rounds a side decide nothing; --budget adds
-    rounds, look by look (bench.results.comparison.look_rounds), to the undecided cases only, until each is
-    called worse, every look at alpha / looks."""
-    calls: list = []
+def compare_with_budget(tmp_path: Path, head: str, runner) -> tuple[int, dict]:
+    """`bench compare HEAD <head> --budget 600 --format json --unpaired` through the stand-in `runner`: the
+    exit code and the JSON."""
     console = Console(width=200, record=True, file=io.StringIO())
-    runner = stand_in(calls, head_factor=1.25, spread=0.12)
     code = compare.run(
         "HEAD",
-        "main",
+        head,
         save_dir=str(tmp_path / "s"),
         runner=runner,
         console=console,
@@ -726,7 +713,15 @@ def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp
         budget_s=600,
         paired=False,
     )
-    data = json.loads(console.export_text())
+    return code, json.loads(console.export_text())
+
+
+def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp_path):
+    """Head 1.25x slower, round medians scattered by 12%: two rounds a side decide nothing; --budget adds
+    rounds, look by look (bench.results.comparison.look_rounds), to the undecided cases only, until each is
+    called worse, every look at alpha / looks."""
+    calls: list = []
+    code, data = compare_with_budget(tmp_path, "main", stand_in(calls, head_factor=1.25, spread=0.12))
     assert code == 0 and {c["verdict"] for c in data["cases"]} == {"worse"}, data["summary"]
     looks = look_rounds(2, compare.ADAPTIVE_MAX_ROUNDS)  # the tiny suite plans 2 rounds
     assert data["alpha"] == pytest.approx(0.05 / len(looks))
@@ -739,22 +734,8 @@ def test_a_budget_adds_rounds_to_undecided_cases_until_they_are_called(repo, tmp
 def test_a_budget_never_calls_an_unchanged_head(repo, tmp_path):
     """A/A with 12% scatter: every look at alpha / looks, up to the most rounds; no case better or worse."""
     calls: list = []
-    console = Console(width=200, record=True, file=io.StringIO())
-    runner = stand_in(calls, slower_head=False, spread=0.12)
-    assert (
-        compare.run(
-            "HEAD",
-            "HEAD",
-            save_dir=str(tmp_path / "s"),
-            runner=runner,
-            console=console,
-            fmt="json",
-            budget_s=600,
-            paired=False,
-        )
-        == 0
-    )
-    data = json.loads(console.export_text())
+    code, data = compare_with_budget(tmp_path, "HEAD", stand_in(calls, slower_head=False, spread=0.12))
+    assert code == 0
     assert data["counts"]["worse"] == data["counts"]["better"] == 0, data["summary"]
     # undecided cases ran every look to the most rounds; a case called ~ stopped at its look
     assert all(c["rounds"][0] == compare.ADAPTIVE_MAX_ROUNDS or c["verdict"] == "~" for c in data["cases"])

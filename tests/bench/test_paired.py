@@ -6,13 +6,13 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from gitrepo import git
 from rich.console import Console
 from tiny import TINY_LAYER, TINY_LAYER_YAML
 
@@ -112,17 +112,6 @@ seq_len: [64]
 mode: [p2p]
 pass: [forward]
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
 
 
 @pytest.mark.multirank
