@@ -4,7 +4,11 @@ compute can run while its messages are in flight (the overlap of the sequence-sh
 A `Transfer` posts its messages in `start` (dist.batch_isend_irecv, or a collective with async_op=True) and
 waits for them in `finish`, which then does whatever depends on their arrival; its backward has the same two
 phases the other way (`start_backward` in the backward of the finish, `finish_backward` in the backward of the
-start). `begin(transfer, *inputs)` runs the start and returns an `InFlight` whose `wait()` runs the finish:
+start). `finish` hands its result to autograd and keeps no reference to it: the result's grad_fn holds the
+transfer, so a transfer holding its result would be a reference cycle through autograd's C++ nodes, which
+not even the cycle collector frees (the graph and its saved activations then lived forever: a p2p forward
+grew 18 MB a pass). What the backward needs of the result comes back saved (`start_backward`'s `result`).
+`begin(transfer, *inputs)` runs the start and returns an `InFlight` whose `wait()` runs the finish:
 
     pending = begin_state_chain(S, M, group, owners)   # messages posted
     ...                                               # compute that does not need H_in
@@ -93,11 +97,11 @@ class Transfer(ABC):
 
     @abstractmethod
     def finish(self) -> torch.Tensor:
-        """Wait, and compute the result (a new tensor)."""
+        """Wait, and compute the result (a new tensor, not kept on the transfer: module docstring)."""
 
     @abstractmethod
-    def start_backward(self, grad: torch.Tensor) -> None:
-        """Post the backward's first messages, given the result's gradient."""
+    def start_backward(self, grad: torch.Tensor, result: torch.Tensor) -> None:
+        """Post the backward's first messages, given the result's gradient and the result."""
 
     @abstractmethod
     def finish_backward(self) -> tuple[torch.Tensor | None, ...]:
@@ -120,11 +124,14 @@ class _Finish(torch.autograd.Function):
     @staticmethod
     def forward(ctx, transfer, token):
         ctx.transfer = transfer
-        return transfer.finish()
+        result = transfer.finish()
+        ctx.save_for_backward(result)  # autograd's way to keep an output: no reference cycle
+        return result
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.transfer.start_backward(grad.contiguous())
+        (result,) = ctx.saved_tensors
+        ctx.transfer.start_backward(grad.contiguous(), result)
         return None, grad.new_empty(0)
 
 
@@ -202,6 +209,7 @@ class StateChain(Transfer):
     def finish(self) -> torch.Tensor:
         self._wait()
         S, M, h_in = self.S, self.M, self.h_in
+        del self.S, self.h_in  # the backward needs M, and H_in (the result) comes back saved
         previous = self.leaving if self.mine[0] == 0 else None
         for at, j in enumerate(self.mine):
             if at == 0 and j == 0:
@@ -216,11 +224,11 @@ class StateChain(Transfer):
             if self._elsewhere(j + 1):
                 self._p2p([(previous, self.owners[j + 1])], [])
                 self._wait()
-        del self.S  # the backward needs M and H_in only
         return h_in
 
-    def start_backward(self, grad: torch.Tensor) -> None:
-        self.grad = grad
+    def start_backward(self, grad: torch.Tensor, result: torch.Tensor) -> None:
+        # detached: the saved result unpacks with this transfer's node as its grad_fn (a cycle again)
+        self.grad, self.h_in = grad, result.detach()
         self.d_out = torch.zeros_like(grad)  # dL/dH_out of each piece here
         last = self.mine[-1]
         if last == len(self.owners) - 1:
@@ -313,9 +321,10 @@ class PieceShift(Transfer):
 
     def finish(self) -> torch.Tensor:
         self._wait()
-        return self.out
+        out, self.out = self.out, None
+        return out
 
-    def start_backward(self, grad: torch.Tensor) -> None:
+    def start_backward(self, grad: torch.Tensor, result: torch.Tensor) -> None:
         self._shift(grad, -self.distance)  # y[v] = x[v - d], so dx[v] = dy[v + d]
 
     def finish_backward(self) -> tuple[torch.Tensor]:
@@ -368,9 +377,10 @@ class AllGatherStack(Transfer):
 
     def finish(self) -> torch.Tensor:
         self._wait()
-        return self.out.view(self.size, *self.shape)
+        out, self.out = self.out, None
+        return out.view(self.size, *self.shape)
 
-    def start_backward(self, grad: torch.Tensor) -> None:
+    def start_backward(self, grad: torch.Tensor, result: torch.Tensor) -> None:
         self.home = torch.empty_like(grad)
         moved = _bytes(grad[0]) * (self.size - 1)
         comm_stats.record(self.kind, moved, moved)
