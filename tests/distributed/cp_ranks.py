@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import gc
+import itertools
+import statistics
 import time
 from typing import Any
 
@@ -146,12 +148,12 @@ WARMUP_STEPS, WATCHED_STEPS = 3, 8
 
 
 def tensors_left_by_steps(world: int) -> dict[str, int]:
-    """Per mode, layout and pass: how many Python tensors more are alive late in WATCHED_STEPS steps (whose
-    outputs were dropped) than early in them: the fewest after any of the last 3 minus the most after any
-    of the first 3, so that a tensor a finished collective frees a moment late counts on neither side. A
-    leak of L tensors a step shows as at least 3 L minus that jitter. A graph held in a reference cycle
-    through autograd's C++ nodes is never freed, not even by the cycle collector: memory grows pass after
-    pass (a p2p forward on a 2-core VM then ran 2x slower, in page faults)."""
+    """Per mode, layout and pass: the median over WATCHED_STEPS steps (whose outputs were dropped) of how
+    many Python tensors more are alive after a step than after the one before. A leak of L tensors a step
+    makes it L; a tensor a finished collective frees a step late (+-2) or something created once (a jump
+    of 25 in a rank's first cases) moves it not at all. A graph held in a reference cycle through
+    autograd's C++ nodes is never freed, not even by the cycle collector: memory grows pass after pass (a
+    p2p forward on a 2-core VM then ran 2x slower, in page faults)."""
     out = {}
     config, seq_len = layer_config("fp32"), 8 * world
     for mode in modes_for(world):
@@ -173,9 +175,9 @@ def tensors_left_by_steps(world: int) -> dict[str, int]:
                     gc.collect()
                     counts.append(_live_tensors())
                 gc.unfreeze()
-                watched = counts[WARMUP_STEPS:]
+                watched = counts[WARMUP_STEPS - 1 :]  # the count before the first watched step, then each
                 key = f"{mode}-{layout}-{'fwd_bwd' if backward else 'fwd'}"
-                out[key] = min(watched[-3:]) - max(watched[:3])
+                out[key] = int(statistics.median(b - a for a, b in itertools.pairwise(watched)))
     return out
 
 
