@@ -95,7 +95,7 @@ def test_checkpoint_summary_on_equals_off(world_results, mode: str, world: int) 
 def test_steps_leave_no_tensor_behind(world_results, world: int) -> None:
     """Dropping the output (forward) or finishing backward frees the step's graph, in every mode and
     layout (cp_ranks.tensors_left_by_steps): a transfer that kept its own output held the graph forever
-    (37 tensors a p2p forward step, 11 a training step): the median step leaves none."""
+    (37 tensors a p2p forward step, 11 a training step, every step): some step leaves none."""
     for rank in world_results(world):
         left = rank["tensors_left"]
-        assert left and all(n <= 0 for n in left.values()), {k: n for k, n in left.items() if n}
+        assert left and all(n <= 0 for n in left.values()), {k: n for k, n in left.items() if n > 0}
