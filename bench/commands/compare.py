@@ -29,11 +29,12 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import math
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, get_args
 
@@ -195,6 +196,13 @@ ADAPTIVE_MAX_ROUNDS = 60
 can be resumed round after round); the budget usually ends sooner. At 30, a 15-minute budget on cpu-smoke
 stopped after 8 minutes with 11 cases undecided; each look more costs little (alpha / 6 instead of / 4)."""
 
+ADDED_ROUND_TIMED_S = 0.3
+"""A round `--budget` adds to a case (paired) times at least this many seconds of each side's passes: its
+repeat is raised to an even count of at least ceil(this / the pass's estimate) (`added_repeats`). Why:
+what is left undecided is mostly short passes, whose rounds vary by the pass-to-pass noise of a median of
+a few repeats (cp 2 forwards of 14 ms: 13-16% pass to pass with 2 ranks on 2 cores), while a round's cost
+is mostly the lifetime's start; 0.3 s of passes adds about a second to a round of 9 such cases."""
+
 
 class SidePaths(NamedTuple):
     """Both sides' result files, and with --budget the alpha every look judged at (`sequential_alpha`):
@@ -322,7 +330,7 @@ def side_paths(
                     runner=runner,
                     console=console,
                 )
-            runs = more(planned, None)
+            runs = more(planned, None, {})
             if budget_s is not None:
                 spent = _add_rounds(
                     runs,
@@ -333,6 +341,7 @@ def side_paths(
                     started=started,
                     deadline=started + budget_s,
                     console=console,
+                    timed_s=ADDED_ROUND_TIMED_S if paired and len(checkouts) == 2 else None,
                 )
         except KeyboardInterrupt:
             kept = [str(display(o)) for o in outputs if o.exists()]
@@ -350,9 +359,10 @@ def side_paths(
     return SidePaths(outputs, spent)
 
 
-MoreRounds = Callable[[int, Collection[str] | None], tuple[RunResult, RunResult]]
-"""more(stop_after, keys): run rounds up to `stop_after` of the cases of `keys` (None: every planned case)
-on both sides; both sides' runs after them."""
+MoreRounds = Callable[[int, Collection[str] | None, Mapping[str, int]], tuple[RunResult, RunResult]]
+"""more(stop_after, keys, repeats): run rounds up to `stop_after` of the cases of `keys` (None: every
+planned case) on both sides, with `repeats` timed passes by case key (missing: the case's repeat; paired
+rounds only); both sides' runs after them."""
 
 
 def _paired_rounds(
@@ -368,7 +378,9 @@ def _paired_rounds(
     """Rounds of both refs in shared lifetimes (bench.launch.paired), a status line per case and round."""
     session = PairedSession.open(checkouts, selections, suite, repo=repo, name=name, most_rounds=most)
 
-    def more(stop_after: int, keys: Collection[str] | None) -> tuple[RunResult, RunResult]:
+    def more(
+        stop_after: int, keys: Collection[str] | None, repeats: Mapping[str, int]
+    ) -> tuple[RunResult, RunResult]:
         cases = [c for c in session.cases if keys is None or c.key() in keys]
         done = {c.key: len(c.rounds) for c in session.runs[0].cases if c.status == "ok"}
         with CaseProgress(console, slots_left(cases, done, stop_after)) as progress:
@@ -377,6 +389,7 @@ def _paired_rounds(
                 keys,
                 on_start=lambda slot: progress.start(f"{slot.case.key()} round {slot.round + 1}"),
                 on_done=lambda slot, pair: progress.done(_paired_line(slot, pair, planned)),
+                repeats=repeats,
             )
 
     return more
@@ -410,8 +423,12 @@ def _unpaired_rounds(
     started: set[str] = set()
     done = 0
 
-    def more(stop_after: int, keys: Collection[str] | None) -> tuple[RunResult, RunResult]:
+    def more(
+        stop_after: int, keys: Collection[str] | None, repeats: Mapping[str, int]
+    ) -> tuple[RunResult, RunResult]:
         nonlocal done
+        # each side's own `bench run` times its scenario's repeat: one --set for all its cases
+        assert not repeats, "unpaired rounds run the scenario's repeat"
         subset = staged
         if keys is not None:
             subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in keys])
@@ -444,12 +461,14 @@ def _add_rounds(
     started: float,
     deadline: float,
     console: Console,
+    timed_s: float | None = None,
 ) -> float:
     """After the planned rounds, judge every case at each look of `look_rounds` (at `sequential_alpha`); a
     case judged (better, worse, ~) or not comparable is decided and gets no more rounds; the others get
     rounds up to the next look, one round at a time, while the next round fits before the deadline (its
-    cost: the last round's, both sides and start-up included; at first the planned rounds' mean). Returns
-    the alpha every look judged at."""
+    cost: the last round's, both sides and start-up included; at first the planned rounds' mean). With
+    `timed_s`, those rounds time at least that long of each side's passes (`added_repeats`). Returns the
+    alpha every look judged at."""
     looks = look_rounds(planned, ADAPTIVE_MAX_ROUNDS)
     spent = sequential_alpha(alpha, len(looks))
     decided: set[str] = set()
@@ -461,16 +480,31 @@ def _add_rounds(
         open_keys = [c.key for c in comparison.cases if c.key not in decided]
         if not open_keys or next_look is None:
             break
+        repeats = added_repeats(comparison, open_keys, timed_s) if timed_s is not None else {}
         while done < next_look:
             if time.monotonic() + cost > deadline:
                 console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
                 return spent
             done += 1
             begun = time.monotonic()
-            runs = more(done, open_keys)
+            runs = more(done, open_keys, repeats)
             cost = time.monotonic() - begun
         console.print(f"round {done}: {len(open_keys)} undecided case(s) judged again (alpha {spent:.4f})")
     return spent
+
+
+def added_repeats(comparison: Comparison, keys: Collection[str], timed_s: float) -> dict[str, int]:
+    """The timed passes per side of a round added to each case of `keys` (ADDED_ROUND_TIMED_S): an even
+    count (ABBA turns even out within the round) of at least its repeat and ceil(timed_s / the faster
+    side's estimate). A case without an estimate on both sides keeps its repeat."""
+    out = {}
+    for c in comparison.cases:
+        if c.key not in keys or c.base.estimate is None or c.head.estimate is None:
+            continue
+        fastest = min(c.base.estimate.median_s, c.head.estimate.median_s)
+        wanted = max(c.base.case.repeat, math.ceil(timed_s / fastest))
+        out[c.key] = wanted + wanted % 2
+    return out
 
 
 def _round_line(checkout: Checkout, round_: int, rounds: int, run: RunResult) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,10 +189,17 @@ class PairedSession:
         *,
         on_start: Callable[[Slot], None] = lambda slot: None,
         on_done: Callable[[Slot, tuple[CaseResult, CaseResult]], None] = lambda slot, results: None,
+        repeats: Mapping[str, int] | None = None,
     ) -> tuple[RunResult, RunResult]:
         """Rounds up to `stop_after` for the cases (of `keys`; None: all), continuing what the files hold;
-        both runs after them."""
-        cases = [c for c in self.cases if keys is None or c.key() in keys]
+        both runs after them. `repeats`: timed passes per side in these rounds, by case key (default: the
+        case's own `repeat`); each round's samples keep their own count."""
+        repeats = repeats or {}
+        cases = [
+            dataclasses.replace(c, repeat=repeats.get(c.key(), c.repeat))
+            for c in self.cases
+            if keys is None or c.key() in keys
+        ]
         runs = self.runs
         run_paired_rounds(
             cases,

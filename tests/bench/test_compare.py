@@ -741,6 +741,19 @@ def test_a_budget_never_calls_an_unchanged_head(repo, tmp_path):
     assert all(c["rounds"][0] == compare.ADAPTIVE_MAX_ROUNDS or c["verdict"] == "~" for c in data["cases"])
 
 
+def test_rounds_a_budget_adds_time_enough_passes_of_short_cases():
+    """An added round times ADDED_ROUND_TIMED_S of each side's passes, an even count, never fewer than the
+    case's repeat: 14 ms passes (head the faster side) get 22, 300 ms ones keep 10; cases not asked for and
+    cases without an estimate get none."""
+    short, long, other = case("p2p"), case("scan"), case("ulysses")
+    comparison = compare_runs(
+        run_of(ok(short, 15), ok(long, 300), ok(other, 14)),
+        run_of(ok(short, 14), ok(long, 330), ok(other, 14)),
+    )
+    repeats = compare.added_repeats(comparison, [short.key(), long.key()], compare.ADDED_ROUND_TIMED_S)
+    assert compare.ADDED_ROUND_TIMED_S == 0.3 and repeats == {short.key(): 22, long.key(): 10}
+
+
 def test_a_budget_needs_two_refs(files):
     with pytest.raises(UserError, match="--budget"):
         compare.run(str(files["base"]), str(files["slower"]), budget_s=60, console=QUIET)

@@ -3,6 +3,8 @@ sides' passes timed in turn in one lifetime, and a real paired compare of two co
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import os
 import shutil
@@ -19,11 +21,14 @@ from tiny import TINY_LAYER, TINY_LAYER_YAML
 import gdn_cp
 from bench.commands import compare
 from bench.errors import UserError
-from bench.launch.paired import check_libraries
+from bench.launch.launcher import Outcome
+from bench.launch.paired import PairedSession, PairedSides, check_libraries
+from bench.measure.contention import Contention
 from bench.measure.library import THIS, LibraryError, load_library
-from bench.measure.rank import time_passes
-from bench.results.env import git_info
-from bench.results.store import load_result
+from bench.measure.rank import PairedCase, RankResults, time_passes
+from bench.results.env import collect_environment, git_info
+from bench.results.store import ResultWriter, RunResult, load_result
+from bench.suite.config import Case, SuiteConfig
 from gdn_cp.distributed import resolve_platform
 from gdn_cp.layers import seeded_layer
 
@@ -157,3 +162,55 @@ def test_a_paired_compare_measures_each_refs_layer_in_shared_lifetimes(tmp_path:
     assert "paired: both in each lifetime of the ranks" in text
     assert git(repo, "worktree", "list").count("\n") == 0
     assert datetime.datetime.now() - started < datetime.timedelta(minutes=3)
+
+
+class RecordingLauncher:
+    """A stand-in launcher of paired rounds: each round's repeat recorded, `repeat` passes of 10 ms a side."""
+
+    def __init__(self) -> None:
+        self.repeats: list[int] = []
+
+    @contextlib.contextmanager
+    def pool(self, cp: int):
+        yield self
+
+    def run(self, paired: PairedCase) -> Outcome:
+        self.repeats.append(paired.case.repeat)
+        quiet = Contention(foreign=0.0, steal=0.0, load_before=0.0, load_after=0.0)
+        side = RankResults(
+            samples_s=[[0.01] * paired.case.repeat] * paired.case.cp,
+            peak_bytes=[1] * paired.case.cp,
+            baseline_bytes=[0] * paired.case.cp,
+            device_used_bytes=None,
+            meter="test",
+            device_name="cpu",
+            threads=1,
+            matmul_gflops=[1.0] * paired.case.cp,
+            matmul_dtype="fp32",
+            contention=quiet,
+        )
+        lifetime = f"lifetime {len(self.repeats)}"
+        return Outcome(status="ok", results=(side, dataclasses.replace(side)), lifetime=lifetime)
+
+
+def test_rounds_a_budget_adds_time_the_repeats_it_asks_for(tmp_path: Path):
+    """PairedSession.run with `repeats`: those rounds time that many passes a side (each round's samples
+    keep their own count); without, the case's repeat."""
+    one = Case(
+        scenario="tiny", mode="p2p", checkpoint=True, cp=2, seq_len=64, pass_="forward", layer=TINY_LAYER,
+        batch=1, seed=0, warmup=1, repeat=3, rounds=3,
+    )  # fmt: skip
+    launcher = RecordingLauncher()
+    env = collect_environment(resolve_platform("cpu"), threads_per_rank=1, world_sizes=[2], launcher="local")
+    writers = tuple(
+        ResultWriter(
+            tmp_path / f"{side}.json", RunResult(name="t", environment=env, suite=SuiteConfig(), scenarios={})
+        )
+        for side in ("base", "head")
+    )
+    session = PairedSession(cases=[one], launcher=launcher, sides=PairedSides(("a", "b"), writers), seed=0)
+    session.run(1)
+    base, head = session.run(3, [one.key()], repeats={one.key(): 22})
+    assert launcher.repeats == [one.repeat, 22, 22]
+    for run in (base, head):
+        assert [len(r.samples_s[0]) for r in run.get(one.key()).rounds] == [one.repeat, 22, 22]
