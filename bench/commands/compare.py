@@ -67,7 +67,7 @@ from bench.results.comparison import (
 )
 from bench.results.export import measure_cells
 from bench.results.paths import free_path, new_folder
-from bench.results.statistics import format_estimate
+from bench.results.statistics import format_estimate, rounds_to_decide
 from bench.results.store import CaseResult, RunResult, load_result, result_filename
 from bench.results.tables import TableData, format_time, print_tables
 from bench.suite.filters import CaseFilter, parse_filters
@@ -478,10 +478,24 @@ def _add_rounds(
     for next_look in [*looks[1:], None]:
         comparison = compare_runs(*runs, factor=factor, alpha=spent)
         decided |= {c.key for c in comparison.cases if c.verdict in JUDGED_VERDICTS | {"not comparable"}}
-        open_keys = [c.key for c in comparison.cases if c.key not in decided]
-        if not open_keys or next_look is None:
+        undecided = [c.key for c in comparison.cases if c.key not in decided]
+        if not undecided or next_look is None:
             break
-        repeats = added_repeats(comparison, open_keys, timed_s) if timed_s is not None else {}
+        repeats = added_repeats(comparison, undecided, timed_s) if timed_s is not None else {}
+        open_keys = promising(
+            comparison,
+            undecided,
+            done=done,
+            next_look=next_look,
+            remaining_s=deadline - time.monotonic(),
+            repeats=repeats,
+            alpha=spent,
+        )
+        if len(open_keys) < len(undecided):
+            console.print(
+                f"round {done}: {len(undecided) - len(open_keys)} undecided case(s) projected not to be "
+                "decided within the budget get no rounds this look"
+            )
         while done < next_look:
             if time.monotonic() + cost > deadline:
                 console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
@@ -492,6 +506,46 @@ def _add_rounds(
             cost = time.monotonic() - begun
         console.print(f"round {done}: {len(open_keys)} undecided case(s) judged again (alpha {spent:.4f})")
     return spent
+
+
+def promising(
+    comparison: Comparison,
+    keys: Sequence[str],
+    *,
+    done: int,
+    next_look: int,
+    remaining_s: float,
+    repeats: Mapping[str, int],
+    alpha: float,
+) -> list[str]:
+    """The undecided cases of `keys` worth the budget's next rounds, most promising first: each case's
+    projected cost to a verdict (the rounds it still needs by `rounds_to_decide`, at least those to
+    `next_look`, times its last round's wall time, scaled to its `repeats`) is summed in order of that cost
+    while the sum fits `remaining_s`; the first case always; a case without an interval (its rounds
+    contended) counts the rounds to `next_look`. A case whose estimate sits on a boundary
+    (a head 1.05x slower, against factor 1.05) would take every round the budget has and still be too noisy;
+    those close to a verdict get the rounds instead. Projections only order the spending: each look still
+    judges at its alpha, so the false-verdict rate is as without them (`sequential_alpha`)."""
+    costs = []
+    for c in comparison.cases:
+        if c.key not in keys:
+            continue
+        # no interval yet (rounds contended): its spread is unknown, so it gets the look's rounds
+        projected = next_look if c.low is None else rounds_to_decide(c.interval, comparison.factor, alpha)
+        need = max(projected, next_look) - done
+        last_b, last_h = c.base.rounds[-1], c.head.rounds[-1]
+        # paired: one lifetime timed both sides (the same wall); unpaired: a lifetime each
+        wall = max(last_b.wall_s, last_h.wall_s) if c.paired else last_b.wall_s + last_h.wall_s
+        passes = len(last_b.samples_s[0])
+        costs.append((need * wall * max(1.0, repeats.get(c.key, passes) / passes), c.key))
+    costs.sort()
+    chosen, total = [], 0.0
+    for cost, key in costs:
+        if chosen and total + cost > remaining_s:
+            break
+        chosen.append(key)
+        total += cost
+    return chosen
 
 
 def added_repeats(comparison: Comparison, keys: Collection[str], timed_s: float) -> dict[str, int]:
@@ -631,16 +685,21 @@ def _rule(comparison: Comparison) -> str:
     confidence = f"{100 * (1 - comparison.alpha):g}%"
     judged = [c for c in comparison.cases if c.low is not None]  # the cases with an interval
     paired = sum(c.paired for c in judged)
+    geomeans = "head/base of the geometric means of the round medians"
+    turns = "head/base of the passes timed in turn, both sides in each lifetime"
     if not judged:
-        method = "interval"
+        how = f"{geomeans}, [{confidence} interval]"
     elif paired == len(judged):
-        method = "paired interval: both sides in each lifetime"
+        how = f"{turns}, [{confidence} paired interval over the lifetimes]"
     elif paired:
-        method = f"paired interval for {paired} cases measured in shared lifetimes, else Welch interval"
+        how = (
+            f"{turns} for the {paired} cases measured in shared lifetimes [{confidence} paired interval], "
+            f"else {geomeans} [{confidence} Welch interval]"
+        )
     else:
-        method = "Welch interval"
+        how = f"{geomeans}, [{confidence} Welch interval]"
     return (
-        f"head/base of the geometric means of the round medians, [{confidence} {method}]; "
+        f"{how}; "
         f"better/worse: the whole interval past x{comparison.factor:g} (or 1/{comparison.factor:g}); ~: "
         f"within 1/{comparison.factor:g} .. x{comparison.factor:g}; too noisy: neither; detects: the "
         "smallest head/base the case's data could call worse (its inverse: better); "

@@ -5,19 +5,21 @@ were given or just produced from two git refs. A case is compared only when it i
 the two measurements are comparable (`comparability`); the rest is listed with why.
 
 The statistics are per round, not per repeat (bench.results.statistics): the repeats of one round share a
-process lifetime and are correlated, so each round counts once, by its median. The ratio is head/base of
-the geometric means of the round medians, with a (1 - alpha) interval on their logarithms (paired or
-Welch's, below). Verdict: "worse" when the whole interval lies at or above the factor, "better" when at or
-below 1/factor, "~" when it lies within [1/factor, factor]; else "too noisy" (also when a side has one
-round: no interval); every case carries the smallest ratio its data could call worse (`detectable`). Rounds
-timed while the machine was shared
-(bench.measure.contention) are left out per round; a side left with fewer than two clean rounds gets
-"contended", no verdict.
+process lifetime and are correlated, so each round counts once. The ratio is head/base of the geometric
+means of the round medians with Welch's (1 - alpha) interval on their logarithms, or, for paired rounds,
+exp of the mean of the lifetimes' differences with the paired interval (below). Verdict: "worse" when
+the whole interval lies at or above the factor, "better" when at or below 1/factor, "~" when it lies
+within [1/factor, factor]; else "too noisy" (also when a side has one round: no interval); every case
+carries the smallest ratio its data could call worse (`detectable`). Rounds timed while the machine was
+shared (bench.measure.contention) are left out per round; a side left with fewer than two clean rounds
+gets "contended", no verdict.
 
 Pairing: where base and head measured a case's rounds in shared lifetimes of the ranks (a paired `bench
 compare REF REF`: RoundResult.lifetime), every clean round having its partner, the interval is the paired
 one over the lifetimes' differences (bench.results.statistics.paired_ratio_interval), in which what a
-lifetime shares cancels; otherwise Welch's over the two sides' rounds.
+lifetime shares cancels; each difference comes from the lifetime's passes timed in turn
+(statistics.turn_difference), not from its two round medians, so the ratio is close to but not exactly
+the ratio of the two estimates. Otherwise Welch's over the two sides' rounds.
 
 Drift: rounds of two refs interleaved in one session (`bench compare REF REF`: both files carry the same
 `session`) share the machine's drift, which the interval then covers. Two files measured at different
@@ -39,6 +41,7 @@ from bench.results.statistics import (
     paired_ratio_interval,
     ratio_interval,
     smallest_detectable,
+    turn_difference,
 )
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import Case
@@ -99,9 +102,10 @@ class CaseComparison:
     base: CaseResult
     head: CaseResult
     ratio: float
-    """head / base of the estimates: geometric means of the clean round medians."""
+    """head / base: of the geometric means of the clean round medians, or paired, exp of the mean lifetime
+    difference (bench.results.statistics.turn_difference)."""
     p_value: float | None
-    """Two-sided t test of the log round medians, Welch's or paired (None: a side has one round)."""
+    """Two-sided t test of no change, Welch's or paired (None: a side has one round)."""
     verdict: Verdict
     low: float | None = None
     """Lower end of the ratio's (1 - alpha) interval (None: a side has fewer than two clean rounds)."""
@@ -120,6 +124,11 @@ class CaseComparison:
     """Compared although not comparable (--force); the verdict stands, with the reason as a warning."""
     paired: bool = False
     """The interval is the paired one (both sides measured in shared lifetimes), not Welch's."""
+
+    @property
+    def interval(self) -> RatioInterval:
+        """The ratio with its interval (low, high None where the case has none)."""
+        return RatioInterval(self.ratio, self.low, self.high, self.p_value, self.rounds, paired=self.paired)
 
     @property
     def memory_delta_mib(self) -> float | None:
@@ -242,14 +251,17 @@ def clean_medians(result: CaseResult) -> tuple[list[float], int]:
     return clean, len(result.rounds) - len(clean)
 
 
-def paired_medians(base: CaseResult, head: CaseResult) -> list[tuple[float, float]] | None:
-    """(base, head) round medians of each lifetime both sides measured the case in, neither round contended;
-    None unless every clean round of either side has its partner (rounds not measured in pairs)."""
-    b = {r.lifetime: r.median_s for r in base.rounds if not r.contended}
-    h = {r.lifetime: r.median_s for r in head.rounds if not r.contended}
+def paired_differences(base: CaseResult, head: CaseResult) -> list[float] | None:
+    """log(head / base) of each lifetime both sides measured the case in, neither round contended, from its
+    passes timed in turn (statistics.turn_difference); None unless every clean round of either side has its
+    partner with as many passes (rounds not measured in pairs)."""
+    b = {r.lifetime: r.passes_s for r in base.rounds if not r.contended}
+    h = {r.lifetime: r.passes_s for r in head.rounds if not r.contended}
     if None in b or None in h or b.keys() != h.keys() or len(b) != sum(not r.contended for r in base.rounds):
         return None
-    return [(b[k], h[k]) for k in b]
+    if any(len(b[k]) != len(h[k]) for k in b):
+        return None
+    return [turn_difference(b[k], h[k]) for k in b]
 
 
 def compare_case(
@@ -265,10 +277,10 @@ def compare_case(
     """Ratio, interval and verdict of one case that is ok on both sides."""
     (b, b_shared), (h, h_shared) = clean_medians(base), clean_medians(head)
     reason = comparability(base_run, base, head_run, head)
-    pairs = paired_medians(base, head)
+    differences = paired_differences(base, head)
     interval: RatioInterval | None = None
-    if pairs:
-        interval = paired_ratio_interval(pairs, 1.0 - alpha)
+    if differences:
+        interval = paired_ratio_interval(differences, 1.0 - alpha)
     elif b and h:
         interval = ratio_interval(b, h, 1.0 - alpha)
     else:  # every round of a side contended: the ratio of all rounds, for the record only

@@ -119,9 +119,14 @@ class RoundResult:
     two sides of a paired `bench compare REF REF` record one id for a case's round, both measured in it."""
 
     @property
+    def passes_s(self) -> list[float]:
+        """[repeat] the rank-max time of each timed pass, in the order they ran."""
+        return rank_max(self.samples_s)
+
+    @property
     def median_s(self) -> float:
         """The round median: median over repeats of the rank-max time."""
-        return float(np.median(rank_max(self.samples_s)))
+        return float(np.median(self.passes_s))
 
     @property
     def contended(self) -> bool:

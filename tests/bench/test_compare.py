@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -752,6 +753,38 @@ def test_rounds_a_budget_adds_time_enough_passes_of_short_cases():
     )
     repeats = compare.added_repeats(comparison, [short.key(), long.key()], compare.ADDED_ROUND_TIMED_S)
     assert compare.ADDED_ROUND_TIMED_S == 0.3 and repeats == {short.key(): 22, long.key(): 10}
+
+
+def test_a_budget_spends_its_rounds_on_the_cases_it_can_decide():
+    """Of three undecided cases, one reads 1.05 (on the factor: never decided), one 1.2 (a few rounds from
+    worse) and one 1.1 with a wide spread: with little budget left only the promising case gets rounds; the
+    one on the boundary never while another fits."""
+    near, boundary, wide = case("p2p"), case("scan"), case("ulysses")
+    base = run_of(
+        ok(near, 100, spread=0.05, seed=1), ok(boundary, 100, rounds=4), ok(wide, 100, spread=0.3, seed=3)
+    )
+    head = run_of(
+        ok(near, 120, spread=0.05, seed=4), ok(boundary, 105, rounds=4), ok(wide, 110, spread=0.3, seed=6)
+    )
+    for i, (b, h) in enumerate(zip(base.cases[1].rounds, head.cases[1].rounds, strict=True)):
+        b.samples_s = [[0.100] * 10] * 2
+        h.samples_s = [[0.105 * 1.05 ** (-1) ** i] * 10] * 2  # 1.05 x (1.05, 1 / 1.05, ...): on the factor
+    for run in (base, head):
+        for c in run.cases:
+            for r in c.rounds:
+                r.wall_s = 1.0
+    comparison = compare_runs(base, head, alpha=0.01)
+    keys = [near.key(), boundary.key(), wide.key()]
+    assert {c.key: c.verdict for c in comparison.cases} == dict.fromkeys(keys, "too noisy")
+
+    def chosen(remaining_s: float) -> list[str]:
+        return compare.promising(
+            comparison, keys, done=3, next_look=5, remaining_s=remaining_s, repeats={}, alpha=0.01
+        )
+
+    assert chosen(1.0) == [near.key()]  # the first case always: the budget's deadline stops rounds
+    assert chosen(1e6) == [near.key(), wide.key()]
+    assert chosen(math.inf)[-1] == boundary.key()  # last, and only when the budget has no end
 
 
 def test_a_budget_needs_two_refs(files):

@@ -15,7 +15,9 @@ from bench.results.statistics import (
     format_estimate,
     paired_ratio_interval,
     ratio_interval,
+    rounds_to_decide,
     smallest_detectable,
+    turn_difference,
 )
 
 ALPHA = 0.05
@@ -137,6 +139,11 @@ def lifetimes(rng: np.random.Generator, ratio: float, rounds: int, shared: float
     return list(zip(base, head, strict=True))
 
 
+def differences(pairs) -> list[float]:
+    """Each lifetime's log(head / base)."""
+    return [math.log(h / b) for b, h in pairs]
+
+
 @pytest.mark.parametrize("ratio", [1.0, 1.25])
 def test_the_paired_interval_holds_its_confidence(ratio: float):
     """Lifetimes 13% apart (this VM's), the sides 2% apart inside one: the paired interval covers the true
@@ -146,7 +153,7 @@ def test_the_paired_interval_holds_its_confidence(ratio: float):
     covered, paired_widths, welch_widths = 0, [], []
     for _ in range(TRIALS):
         pairs = lifetimes(rng, ratio, 5, shared=0.13, own=0.02)
-        interval = paired_ratio_interval(pairs, 1 - ALPHA)
+        interval = paired_ratio_interval(differences(pairs), 1 - ALPHA)
         covered += interval.low <= ratio <= interval.high
         paired_widths.append(interval.half_width)
         welch = ratio_interval([b for b, _ in pairs], [h for _, h in pairs], 1 - ALPHA)
@@ -160,7 +167,7 @@ def test_paired_rounds_call_a_quarter_slower_head_where_welch_cannot():
     paired, welch = [], []
     for _ in range(500):
         pairs = lifetimes(rng, 1.25, 5, shared=0.13, own=0.02)
-        paired.append(classify(paired_ratio_interval(pairs, 1 - ALPHA), FACTOR))
+        paired.append(classify(paired_ratio_interval(differences(pairs), 1 - ALPHA), FACTOR))
         welch.append(classify(ratio_interval([b for b, _ in pairs], [h for _, h in pairs]), FACTOR))
     assert paired.count("worse") / 500 >= 0.95 and welch.count("worse") / 500 < 0.5
 
@@ -169,16 +176,59 @@ def test_paired_rounds_of_one_code_get_a_verdict_at_most_alpha_of_the_time():
     rng = np.random.default_rng(23)
     false = 0
     for _ in range(TRIALS):
-        interval = paired_ratio_interval(lifetimes(rng, 1.0, 5, shared=0.13, own=0.03), 1 - ALPHA)
+        interval = paired_ratio_interval(
+            differences(lifetimes(rng, 1.0, 5, shared=0.13, own=0.03)), 1 - ALPHA
+        )
         false += classify(interval, 1.05) in ("better", "worse")
     assert false / TRIALS <= ALPHA / 2
 
 
 def test_one_pair_has_no_interval_and_equal_pairs_are_exact():
-    one = paired_ratio_interval([(0.010, 0.012)])
+    one = paired_ratio_interval([math.log(1.2)])
     assert one.low is None and one.p_value is None and one.paired and math.isclose(one.ratio, 1.2)
-    exact = paired_ratio_interval([(0.010, 0.012), (0.020, 0.024)])  # the same ratio in both lifetimes
+    exact = paired_ratio_interval([math.log(1.2)] * 2)  # the same ratio in both lifetimes
     assert math.isclose(exact.low, 1.2) and math.isclose(exact.high, 1.2) and exact.p_value < 1e-9
+    with pytest.raises(ValueError, match="at least one"):
+        paired_ratio_interval([])
+    with pytest.raises(ValueError, match="finite"):
+        paired_ratio_interval([0.1, math.inf])
+
+
+def test_a_lifetimes_difference_is_the_hodges_lehmann_estimate_of_its_turns():
+    # log ratios 0, 0, log 4: the Walsh means are 0, 0, 0, log 2, log 2, log 4; their median is log(2) / 2
+    assert turn_difference([1.0, 2.0, 3.0], [1.0, 2.0, 12.0]) == pytest.approx(math.log(2) / 2)
+    # the same ratio in every turn is that ratio, whatever the turns' own times
+    assert turn_difference([0.010, 0.030, 0.020], [0.012, 0.036, 0.024]) == pytest.approx(math.log(1.2))
+    with pytest.raises(ValueError, match="come in pairs"):
+        turn_difference([0.01, 0.02], [0.01])
+
+
+def turns(
+    rng: np.random.Generator, ratio: float, n: int, lifetime_sd: float, moment_sd: float, own_sd: float
+):
+    """One paired lifetime's passes, base and head in turn [n] seconds each: the lifetime's offset shared by
+    all, each turn's moment shared by its two passes, and each pass's own noise."""
+    shared = rng.normal(0.0, lifetime_sd) + rng.normal(0.0, moment_sd, n)
+    base = 0.010 * np.exp(shared + rng.normal(0.0, own_sd, n))
+    head = 0.010 * ratio * np.exp(shared + rng.normal(0.0, own_sd, n))
+    return base, head
+
+
+def test_turns_estimate_a_lifetimes_ratio_better_than_its_two_medians():
+    """Passes of one lifetime vary (moments 8% apart, each pass 4% of its own): the turns' difference varies
+    less between lifetimes than the difference of the two round medians, and one stalled pass (10x) moves
+    it little, where it would drag a mean of the turns."""
+    rng = np.random.default_rng(24)
+    by_turns, by_medians = [], []
+    for _ in range(TRIALS):
+        base, head = turns(rng, 1.1, 3, lifetime_sd=0.13, moment_sd=0.08, own_sd=0.04)
+        by_turns.append(turn_difference(base, head))
+        by_medians.append(math.log(np.median(head) / np.median(base)))
+    assert np.mean(by_turns) == pytest.approx(math.log(1.1), abs=0.005)
+    assert np.std(by_turns) < 0.8 * np.std(by_medians)
+    base, head = turns(rng, 1.1, 20, lifetime_sd=0.13, moment_sd=0.0, own_sd=0.01)
+    head[7] *= 10
+    assert turn_difference(base, head) == pytest.approx(math.log(1.1), abs=0.02)
 
 
 @pytest.mark.parametrize(
@@ -194,3 +244,35 @@ def test_one_pair_has_no_interval_and_equal_pairs_are_exact():
 def test_verdicts_by_where_the_interval_lies(low: float, high: float, verdict: str):
     interval = RatioInterval(math.sqrt(low * high), low, high, 0.5, (5, 5))
     assert classify(interval, FACTOR) == verdict
+
+
+def test_the_rounds_a_case_needs_are_projected_from_its_spread_and_its_distance_to_a_boundary():
+    # 1.10 +-6% at 10 rounds against factor 1.05: a round's sd 8.1%, 0.047 from the boundary: ~12 rounds
+    at_ten = RatioInterval(1.10, 1.10 / 1.06, 1.10 * 1.06, 0.01, (10, 10))
+    assert rounds_to_decide(at_ten, 1.05, ALPHA) == pytest.approx(11.7, abs=0.3)
+    wider = RatioInterval(1.10, 1.10 / 1.12, 1.10 * 1.12, 0.01, (10, 10))
+    closer = RatioInterval(1.07, 1.07 / 1.06, 1.07 * 1.06, 0.01, (10, 10))
+    assert rounds_to_decide(wider, 1.05, ALPHA) > 3 * rounds_to_decide(at_ten, 1.05, ALPHA)
+    assert rounds_to_decide(closer, 1.05, ALPHA) > 3 * rounds_to_decide(at_ten, 1.05, ALPHA)
+    # an unchanged head heads for ~ at the same pace as a changed one for worse
+    same = RatioInterval(1.0, 1 / 1.06, 1.06, 0.9, (10, 10))
+    assert rounds_to_decide(same, 1.05, ALPHA) < rounds_to_decide(at_ten, 1.05, ALPHA)
+    on_boundary = RatioInterval(1.05, 1.05 / 1.06, 1.05 * 1.06, 0.1, (10, 10))
+    assert rounds_to_decide(on_boundary, 1.05, ALPHA) == math.inf
+    assert rounds_to_decide(RatioInterval(1.1, None, None, None, (1, 1)), 1.05, ALPHA) == math.inf
+
+
+def test_projected_rounds_are_about_those_a_verdict_needs():
+    """A head 1.10x slower whose lifetimes' differences are 15% apart needs (z sd / margin)^2 = 40 rounds at
+    alpha 0.05: projected from 10 rounds, the median projection is within 25% of that. One projection is
+    rough (the margin is estimated too), but it orders cases: a head 1.25x slower projects fewer rounds than
+    one 1.07x slower in 9 of 10 trials, which is what the budget's spending needs."""
+    rng = np.random.default_rng(25)
+    needed = (1.96 * 0.15 / math.log(1.1 / 1.05)) ** 2
+
+    def projected(ratio: float) -> float:
+        differences = rng.normal(math.log(ratio), 0.15, 10)
+        return rounds_to_decide(paired_ratio_interval(differences, 1 - ALPHA), 1.05, ALPHA)
+
+    assert 0.75 * needed <= np.median([projected(1.1) for _ in range(TRIALS)]) <= 1.25 * needed
+    assert np.mean([projected(1.25) < projected(1.07) for _ in range(TRIALS)]) >= 0.9
