@@ -465,11 +465,11 @@ def _add_rounds(
     timed_s: float | None = None,
 ) -> float:
     """After the planned rounds, judge every case at each look of `look_rounds` (at `sequential_alpha`); a
-    case judged (better, worse, ~) or not comparable is decided and gets no more rounds; the others get
-    rounds up to the next look, one round at a time, while the next round fits before the deadline (its
-    cost: the last round's, both sides and start-up included; at first the planned rounds' mean). With
-    `timed_s`, those rounds time at least that long of each side's passes (`added_repeats`). Returns the
-    alpha every look judged at."""
+    case judged (better, worse, ~) or not comparable is decided and gets no more rounds; of the others, those
+    the budget can bring to a verdict (`promising`) get rounds up to the next look, one round at a time,
+    while the next round fits before the deadline (its cost: the last round's, both sides and start-up
+    included; at first the planned rounds' mean). With `timed_s`, those rounds time at least that long of
+    each side's passes (`added_repeats`). Returns the alpha every look judged at."""
     looks = look_rounds(planned, ADAPTIVE_MAX_ROUNDS)
     spent = sequential_alpha(alpha, len(looks))
     decided: set[str] = set()
@@ -491,20 +491,19 @@ def _add_rounds(
             repeats=repeats,
             alpha=spent,
         )
-        if len(open_keys) < len(undecided):
-            console.print(
-                f"round {done}: {len(undecided) - len(open_keys)} undecided case(s) projected not to be "
-                "decided within the budget get no rounds this look"
-            )
+        waiting = len(undecided) - len(open_keys)
+        console.print(
+            f"round {done}: {len(undecided)} case(s) undecided at alpha {spent:.4f}; rounds to {next_look} for "
+            f"{len(open_keys)}" + (f", {waiting} projected past the budget wait" if waiting else "")
+        )
         while done < next_look:
             if time.monotonic() + cost > deadline:
-                console.print(f"budget spent: {len(open_keys)} case(s) undecided after {done} rounds")
+                console.print(f"budget spent: {len(undecided)} case(s) undecided after {done} rounds")
                 return spent
             done += 1
             begun = time.monotonic()
             runs = more(done, open_keys, repeats)
             cost = time.monotonic() - begun
-        console.print(f"round {done}: {len(open_keys)} undecided case(s) judged again (alpha {spent:.4f})")
     return spent
 
 
