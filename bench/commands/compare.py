@@ -493,8 +493,8 @@ def _add_rounds(
         )
         waiting = len(undecided) - len(open_keys)
         console.print(
-            f"round {done}: {len(undecided)} case(s) undecided at alpha {spent:.4f}; rounds to {next_look} for "
-            f"{len(open_keys)}" + (f", {waiting} projected past the budget wait" if waiting else "")
+            f"round {done}: {len(undecided)} case(s) undecided at alpha {spent:.4f}; rounds to {next_look} "
+            f"for {len(open_keys)}" + (f", {waiting} projected past the budget wait" if waiting else "")
         )
         while done < next_look:
             if time.monotonic() + cost > deadline:
