@@ -213,9 +213,9 @@ def rounds_to_decide(interval: RatioInterval, factor: float, alpha: float) -> fl
     its estimate and its rounds' spread hold: its interval must clear the boundary nearest its estimate
     (lie past the factor for worse / better, within it for ~), and its half-width shrinks as 1 / sqrt(R).
     math.inf for an estimate on a boundary or no interval; a projection to spend rounds on, not a test."""
-    if interval.low is None or interval.high is None or interval.rounds[0] < 2:
-        return math.inf
     rounds = min(interval.rounds)
+    if interval.low is None or interval.high is None or rounds < 2:
+        return math.inf
     margin = abs(abs(math.log(interval.ratio)) - math.log(factor))
     half = math.log(interval.high / interval.low) / 2
     if half == 0.0:
