@@ -1,6 +1,2 @@
 """bench: sweeps, timing, memory, accuracy checks, comparisons and reports for gdn_cp's context
-parallelism."""
-
-from gdn_cp import __version__
-
-__all__ = ["__version__"]
+parallelism. Imports nothing: `bench.entry` checks the dependencies before anything needs them."""

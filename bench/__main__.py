@@ -2,7 +2,7 @@
 
 import sys
 
-from bench.cli import main
+from bench.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import NoReturn
 
-from bench import __version__
 from bench.commands import COMMANDS
 from bench.console import print_error
 from bench.errors import UserError
 from bench.results.store import ResultWriteError
+from gdn_cp import __version__
 from gdn_cp.distributed import PlatformError
 
 

@@ -185,6 +185,7 @@ def compare_layer_under_cp(
     documents: Sequence[int] | None = None,
     overlap: bool = False,
     precision: str = "fp32",
+    backend: str | None = None,
 ) -> LayerComparison:
     """Run on every rank of `group`: the CP layer vs the full-sequence reference with identical weights.
 
@@ -200,6 +201,8 @@ def compare_layer_under_cp(
             gets them as cu_seqlens, and the reference runs every document on its own, as if alone (so the
             comparison also proves that nothing crosses a boundary)
         overlap: the CP layer's LinearAttentionContextParallel.overlap
+        backend: the CP layer's local op (LinearAttentionContextParallel.backend; None: the config's); the
+            reference runs on the config's
         precision: how the CP layer's fp32 matmuls run (gdn_cp.dtypes.Precision: tf32 on a device's matrix
             units); the reference always runs in full fp32, so the comparison holds that precision to the
             bars
@@ -212,7 +215,7 @@ def compare_layer_under_cp(
     grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
 
     LinearAttentionContextParallel(
-        mode=mode, checkpoint_summary=checkpoint_summary, layout=layout, overlap=overlap
+        mode=mode, checkpoint_summary=checkpoint_summary, layout=layout, overlap=overlap, backend=backend
     ).apply(cp_layer, group)
     if layer_hook is not None:
         layer_hook(cp_layer)

@@ -101,9 +101,10 @@ class Session:
         """The run's name: its scenarios, joined by +."""
         return "+".join(s.scenario.name for s in self.selections)
 
-    def launcher(self, rank_fn: RankFn) -> LocalLauncher | TorchrunLauncher:
-        """The launcher of the cases, once every case has passed the checks against this host (preflight)."""
-        return prepare_launch(self.platform, self.job, self.suite, self.selections, rank_fn)
+    def launcher(self, rank_fn: RankFn, *, timed: bool = True) -> LocalLauncher | TorchrunLauncher:
+        """The launcher of the cases, once every case has passed the checks against this host (preflight);
+        `timed`: the command times them (bench verify does not)."""
+        return prepare_launch(self.platform, self.job, self.suite, self.selections, rank_fn, timed=timed)
 
     def environment(self) -> Environment:
         """This machine's environment for a run of the cases (what its result file records)."""

@@ -297,7 +297,7 @@ def run(
         seed_lists = {s.scenario.name: [s.scenario.seed + i for i in range(seeds)] for s in selections}
         rank_fn = functools.partial(_layer_rank, seeds=seed_lists, layer_hook=layer_hook)
 
-    launcher = session.launcher(rank_fn)
+    launcher = session.launcher(rank_fn, timed=False)
     name = run_name(names, train=train is not None)
     extra = [*(["--seeds", str(seeds)] if seeds != 1 else []), *(["--output", output] if output else [])]
     if train is not None:

@@ -1,12 +1,14 @@
 """The device part of `bench doctor`, run on every local device at once (one rank each; two ranks on cpu):
 the backend and one collective of each kind the modes use, the matmul limit per dtype on the device's own
-clock, the chunked op against the recurrent reference on the device, and one layer under each CP mode
-against the single-device layer (training forward and backward, and the serving prefill with its states).
-Each rank returns its checks; the command keeps, per check, the worst rank's.
+clock, the chunked op against the recurrent reference on the device, every local-op backend that runs here
+(bench.doctor.kernels), and one layer under each CP mode, with each such backend, against the single-device
+layer (training forward and backward, and the serving prefill with its states). Each rank returns its
+checks; the command keeps, per check, the worst rank's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -15,12 +17,13 @@ import torch
 import torch.distributed as dist
 
 from bench.doctor.checks import Check, Status
+from bench.doctor.kernels import kernel_checks, layer_backends
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, compare_prefill_under_cp, error_stats
 from gdn_cp.distributed import MODES, check_cp_shapes, local_rank, resolve_platform
 from gdn_cp.distributed.collectives import all_gather_single
-from gdn_cp.ops import chunk_gated_delta_rule, recurrent_gated_delta_rule
+from gdn_cp.ops import DEFAULT_BACKEND, chunk_gated_delta_rule, recurrent_gated_delta_rule
 
 OP_SHAPE = {"B": 1, "T": 512, "Hk": 2, "Hv": 4, "K": 64, "V": 64}
 """The op check's inputs: long enough for several chunks, small enough for seconds on a CPU."""
@@ -168,23 +171,34 @@ def op_checks(device: torch.device) -> list[Check]:
     return out
 
 
-def layer_checks(device: torch.device) -> list[Check]:
+def layer_checks(device: torch.device, backends: list[str]) -> list[Check]:
     """One layer under each mode at cp = the ranks here, fp32, forward and backward, against the
-    single-device layer (gdn_cp.accuracy.compare_layer_under_cp)."""
+    single-device layer (gdn_cp.accuracy.compare_layer_under_cp): with the default backend, then with each
+    of `backends` (checks named `<mode> (<backend>)`)."""
+    out = []
+    for backend in [DEFAULT_BACKEND, *backends]:
+        layer = dataclasses.replace(LAYER, backend=backend)
+        suffix = "" if backend == DEFAULT_BACKEND else f" ({backend})"
+        out += _mode_checks(layer, suffix, device)
+    return out
+
+
+def _mode_checks(layer: GatedDeltaNetConfig, suffix: str, device: torch.device) -> list[Check]:
     world = dist.get_world_size()
     out = []
     for mode in MODES:
+        name = mode + suffix
         try:
-            check_cp_shapes(mode, LAYER, world)
+            check_cp_shapes(mode, layer, world)
         except ValueError as exc:
-            out.append(Check("layer", mode, "info", f"not run: {exc}"))
+            out.append(Check("layer", name, "info", f"not run: {exc}"))
             continue
         try:
             result = compare_layer_under_cp(
-                LAYER, mode=mode, seq_len=LAYER_TOKENS_PER_RANK * world, batch=1, seed=0, device=device
+                layer, mode=mode, seq_len=LAYER_TOKENS_PER_RANK * world, batch=1, seed=0, device=device
             )
         except Exception as exc:
-            out.append(Check("layer", mode, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
+            out.append(Check("layer", name, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
             continue
         failures = result.failures(LAYER_BARS)
         detail = (
@@ -193,33 +207,35 @@ def layer_checks(device: torch.device) -> list[Check]:
         out.append(
             Check(
                 "layer",
-                mode,
+                name,
                 "fail" if failures else "ok",
                 detail + (f"; {', '.join(failures)}" if failures else ""),
             )
         )
-        out.append(_prefill_check(mode, world, device))
+        out.append(_prefill_check(layer, mode, name, world, device))
     return out
 
 
-def _prefill_check(mode: str, world: int, device: torch.device) -> Check:
+def _prefill_check(
+    layer: GatedDeltaNetConfig, mode: str, name: str, world: int, device: torch.device
+) -> Check:
     """The serving prefill under `mode` (packed documents, final states on every rank) against the
     single-device prefill (gdn_cp.accuracy.compare_prefill_under_cp), at the layer check's rel-L2 bar."""
     tokens = LAYER_TOKENS_PER_RANK * world
     documents = [0, tokens // 3, tokens // 3 + 1, tokens]  # one spanning ranks, one of one token
     try:
         result = compare_prefill_under_cp(
-            LAYER, mode=mode, seq_len=tokens, seed=0, device=device, documents=documents
+            layer, mode=mode, seq_len=tokens, seed=0, device=device, documents=documents
         )
     except Exception as exc:
-        return Check("layer", f"{mode} prefill", "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return Check("layer", f"{name} prefill", "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     worst = result.worst_rel_l2()
     status: Status = "ok" if worst <= LAYER_BARS.rel_l2 else "fail"
     detail = (
         f"cp {world}: rel-L2 output {result.output.rel_l2:.1e}, conv state {result.conv_state.rel_l2:.1e}, "
         f"recurrent state {result.recurrent_state.rel_l2:.1e} (bar {LAYER_BARS.rel_l2:.0e})"
     )
-    return Check("layer", f"{mode} prefill", status, detail)
+    return Check("layer", f"{name} prefill", status, detail)
 
 
 def doctor_on_rank(device_kind: str) -> list[Check]:
@@ -230,5 +246,6 @@ def doctor_on_rank(device_kind: str) -> list[Check]:
         *collective_checks(device, platform),
         *matmul_checks(device, platform),
         *op_checks(device),
-        *layer_checks(device),
+        *kernel_checks(device, platform.synchronize),
+        *layer_checks(device, layer_backends(device)),
     ]

@@ -69,7 +69,12 @@ def agree_on_nodes(local: NodeEnvironment) -> list[NodeEnvironment]:
     for node in everyone:
         nodes.setdefault(node.node, node)
     listed = [nodes[n] for n in sorted(nodes)]
-    differing = [f for f in NodeEnvironment.COMPARED if len({getattr(n, f) for n in listed}) > 1]
+    # json.dumps: a hashable form of every compared value (kernel_versions is a dict)
+    differing = [
+        f
+        for f in NodeEnvironment.COMPARED
+        if len({json.dumps(getattr(n, f), sort_keys=True) for n in listed}) > 1
+    ]
     if differing:
         described = "; ".join(
             f"{name}: " + ", ".join(f"node {n.node} ({n.hostname}) {getattr(n, name)!r}" for n in listed)

@@ -348,9 +348,12 @@ def prepare_launch(
     suite: Suite,
     selections: Sequence[Selection],
     rank_fn: RankFn,
+    *,
+    timed: bool = True,
 ) -> LocalLauncher | TorchrunLauncher:
     """The launcher of the selections' cases, once every case has passed the checks against this host
-    (bench.launch.preflight: shapes, local ranks, memory), before any rank starts."""
+    (bench.launch.preflight: shapes, backends, local ranks, memory), before any rank starts; `timed`: the
+    command times them."""
     launcher = _make_launcher(platform, job, suite, rank_fn)
     for sel in selections:
         check_cases(
@@ -361,5 +364,6 @@ def prepare_launch(
             ranks_on_host=launcher.ranks_on_host,
             max_local_ranks=_max_local_ranks(platform, job),
             local_rank=None if job is None else job.local_rank,
+            timed=timed,
         )
     return launcher

@@ -3,7 +3,9 @@
 (gdn_cp.ops.document_bounds on the case's cu_seqlens), fp64 on an NPU (no fp64 matmul on Ascend), more
 local ranks than the host can run, and a rough
 memory estimate above what is available (bench.launch.estimate; when chunk_size exceeds the shard, it is
-named as the cause: the chunked op pads the shard to whole chunks, each with C x C matrices). Each error
+named as the cause: the chunked op pads the shard to whole chunks, each with C x C matrices), a backend that
+cannot run the case here (device, dtype, chunk size, head dim, its package missing) or, for a command that
+times, would run interpreted. Each error
 names the scenario file, line and fix, through the Locator the scenario was read with (the file is not
 read again)."""
 
@@ -17,7 +19,7 @@ from bench.launch.estimate import available_bytes, estimate_peak_bytes, human_by
 from bench.suite.config import Case, Scenario
 from bench.suite.loader import Locator
 from gdn_cp.distributed import Platform, check_cp_shapes
-from gdn_cp.ops import check_packed_batch, document_bounds
+from gdn_cp.ops import DEFAULT_BACKEND, check_packed_batch, document_bounds, get_backend
 
 
 def check_cases(
@@ -29,10 +31,12 @@ def check_cases(
     ranks_on_host: Callable[[Case], int],
     max_local_ranks: int | None,
     local_rank: int | None = None,
+    timed: bool = True,
 ) -> None:
     """Refuse cases that cannot run here (see the module docstring); the memory check is skipped when
     `platform` is None or cannot tell what is available, the rank check when `max_local_ranks` is None.
-    `local_rank`: this process is that rank of a torchrun job (its own device is the one checked)."""
+    `local_rank`: this process is that rank of a torchrun job (its own device is the one checked); `timed`:
+    the command times the cases (an interpreted kernel is refused then)."""
     length_key = "local_seq_len" if any(s.local_seq_len for s in scenario.effective_sweeps()) else "seq_len"
     cases = list(cases)
     for case in cases:
@@ -55,6 +59,7 @@ def check_cases(
         except ValueError as exc:  # zigzag's message names its pieces and the contiguous alternative
             raise locate.error((length_key,), length_key, f"case {case.case_id}: {exc}") from None
         _check_documents(locate, case)
+        _check_backend(locate, case, platform, timed)
         if max_local_ranks is not None and case.cp > max_local_ranks:
             raise locate.error(
                 ("cp",),
@@ -86,6 +91,37 @@ def check_cases(
                     f"{needs}; use a shorter {length_key}, a smaller batch or a larger cp, or leave the case "
                     "out with --filter",
                 )
+
+
+def _check_backend(locate: Locator, case: Case, platform: Platform | None, timed: bool) -> None:
+    """The case's backend supports it (gdn_cp.ops.backends.Backend.check), and where it runs here (a
+    platform given; `bench list` gives none) its package imports and, for a timed command, its kernels would
+    not run in an interpreter."""
+    backend = get_backend(case.backend)
+    config = case.layer
+    try:
+        backend.check(
+            device=None if platform is None else platform.device_type,
+            dtype=config.dtype,
+            chunk_size=config.chunk_size,
+            head_k_dim=config.head_k_dim,
+        )
+        if platform is not None:
+            backend.op()
+    except (ValueError, ImportError) as exc:
+        raise locate.error(
+            ("backend",),
+            "backend",
+            f"case {case.case_id}: {exc}; or leave its cases out with --filter backend={DEFAULT_BACKEND}",
+        ) from None
+    if platform is not None and timed and backend.interpreted():
+        raise locate.error(
+            ("backend",),
+            "backend",
+            f"case {case.case_id}: backend {backend.name!r} would run in Triton's interpreter here "
+            "(TRITON_INTERPRET=1): its times would measure the interpreter, not the kernels; unset "
+            "TRITON_INTERPRET on a GPU, or check the backend's numbers with `bench verify`",
+        )
 
 
 def _check_documents(locate: Locator, case: Case) -> None:

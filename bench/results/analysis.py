@@ -29,6 +29,7 @@ from bench.results.store import CaseResult, RunResult
 from bench.suite.config import PASS_TAGS, Case
 from bench.suite.documents import documents_tag
 from gdn_cp.distributed import DEFAULT_LAYOUT, SUMMARY_MODES, mode_order
+from gdn_cp.ops.backends import DEFAULT_BACKEND
 
 PASSES: tuple[str, ...] = tuple(PASS_TAGS)
 """forward, forward_backward: the order passes are shown in."""
@@ -48,11 +49,14 @@ class Variant:
     checkpoint: bool | None
     overlap: bool = False
     """Scaling and length views show the cases without overlap (its own view: `ablation(run, OVERLAP)`)."""
+    backend: str = DEFAULT_BACKEND
+    """The local op (a backend sweep draws a line per mode and backend)."""
 
     @property
     def label(self) -> str:
         return (
             self.mode
+            + ("" if self.backend == DEFAULT_BACKEND else f" [{self.backend}]")
             + (" (ckpt off)" if self.checkpoint is False else "")
             + (" (overlap)" if self.overlap else "")
         )
@@ -262,11 +266,12 @@ def find(
     """The ok case at these coordinates, if it ran."""
     for c in _ok(run):
         k = c.case
-        if (k.scenario, k.mode, k.checkpoint, k.overlap, k.cp, k.seq_len, k.pass_) == (
+        if (k.scenario, k.mode, k.checkpoint, k.overlap, k.backend, k.cp, k.seq_len, k.pass_) == (
             scenario,
             variant.mode,
             variant.checkpoint,
             variant.overlap,
+            variant.backend,
             cp,
             seq_len,
             pass_,
@@ -276,16 +281,17 @@ def find(
 
 
 def variants(run: RunResult, scenario: str) -> list[Variant]:
-    """One variant per mode, in the PR's mode order: checkpoint on where it ran, else off (or None)."""
-    seen: dict[str, set[bool | None]] = {}
+    """One variant per mode and backend, in the PR's mode order (then the backends' order of appearance):
+    checkpoint on where it ran, else off (or None)."""
+    seen: dict[tuple[str, str], set[bool | None]] = {}
     for c in _ok(run):
         if c.case.scenario == scenario:
-            seen.setdefault(c.case.mode, set()).add(c.case.checkpoint)
+            seen.setdefault((c.case.mode, c.case.backend), set()).add(c.case.checkpoint)
     out = []
-    for mode in sorted(seen, key=mode_order):
-        settings = seen[mode]
+    for mode, backend in sorted(seen, key=lambda key: mode_order(key[0])):
+        settings = seen[(mode, backend)]
         checkpoint = True if True in settings else (False if False in settings else None)
-        out.append(Variant(mode, checkpoint))
+        out.append(Variant(mode, checkpoint, backend=backend))
     return out
 
 

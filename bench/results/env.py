@@ -11,7 +11,7 @@ import os
 import platform as _host
 import socket
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +19,7 @@ import torch
 
 from bench.records import RECORD_CONFIG
 from gdn_cp.distributed import Platform, probe_devices
+from gdn_cp.ops.backends import BUILT_IN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout whose code is benchmarked (bench and gdn_cp live side by side)."""
@@ -63,6 +64,9 @@ class HostEnvironment:
     cpu_model: str
     """From /proc/cpuinfo ("model name"), else the platform's processor string."""
     cpu_count: int
+    kernel_versions: dict[str, str] = field(default_factory=dict)
+    """Versions of the packages behind the local-op backends (gdn_cp.ops.backends: fla-core, triton,
+    transformers), "absent" where not installed; empty in files written before they were recorded."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -74,6 +78,7 @@ class NodeEnvironment(HostEnvironment):
         "git_dirty",
         "torch_version",
         "torch_npu_version",
+        "kernel_versions",
         "device_type",
         "device_name",
     )
@@ -205,7 +210,13 @@ def host_environment(platform: Platform, device_name: str, git: GitInfo | None =
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count() or 1,
+        "kernel_versions": kernel_versions(),
     }
+
+
+def kernel_versions() -> dict[str, str]:
+    """The installed versions of the built-in backends' packages (HostEnvironment.kernel_versions)."""
+    return {package: version for b in BUILT_IN for package, version in b.versions().items()}
 
 
 def node_environment(platform: Platform, *, node: int, ranks: int, device_name: str) -> NodeEnvironment:

@@ -17,6 +17,9 @@ older version is converted step by step, as plain JSON data, into the current la
   round records the lifetime it ran in (`lifetime`, which the two sides of a paired round share) and a run
   the commit of the bench that measured it when that is not the measured code's own (`measured_by`); null
   in older files.
+- 6: local-op backends (gdn_cp.ops.backends): a case's layer records its `backend` (the project's own op,
+  "gdn_cp", before) and the environment, and each of its nodes, the backends' package versions
+  (`kernel_versions`; empty, unknown, before).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 from bench.measure.timing import rank_max
 from bench.results.statistics import estimate
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version `bench run` writes. Bump it when the layout changes, add a line above and a step below."""
 
 Data = dict[str, Any]
@@ -143,11 +146,30 @@ def _from_4(data: Data) -> Data:
     return {"measured_by": None, **data, "cases": cases}
 
 
+def _from_5(data: Data) -> Data:
+    """Version 5 -> 6 (module docstring)."""
+
+    def case(record: Data) -> Data:
+        layer = {"backend": "gdn_cp", **record["case"]["layer"]}
+        return {**record, "case": {**record["case"], "layer": layer}}
+
+    environment = {"kernel_versions": {}, **data["environment"]}
+    if environment.get("nodes"):
+        environment["nodes"] = [{"kernel_versions": {}, **node} for node in environment["nodes"]]
+    return {
+        **data,
+        "environment": environment,
+        "cases": [case(c) for c in data["cases"]],
+        "verifications": [case(v) for v in data["verifications"]],
+    }
+
+
 STEPS: dict[int, tuple[str, Callable[[Data], Data]]] = {
     1: ("the samples of each case become its one round", _from_1),
     2: ("the layer nests in its case, keys added inside version 2 get the values they meant", _from_2),
     3: ("the environment gets the commit's date and subject, unknown", _from_3),
     4: ("rounds get their lifetime and runs the bench that measured them, unknown", _from_4),
+    5: ("layers get the project's own backend, environments unknown kernel versions", _from_5),
 }
 """Version -> (what converting it does, the step to the next version)."""
 

@@ -30,6 +30,7 @@ from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, Mod
 from gdn_cp.distributed.modes import CommCase
 from gdn_cp.distributed.platform import DeviceKind
 from gdn_cp.dtypes import DTYPES, Precision, dtype_name, to_dtype
+from gdn_cp.ops.backends import DEFAULT_BACKEND, backend_names
 
 Mode = ModeName
 """CP modes of gdn_cp.LinearAttentionContextParallel (the registry, gdn_cp.distributed.modes)."""
@@ -54,9 +55,11 @@ DEFAULT_ROUNDS = 5
 interval with some power (t_{0.975, 2} = 4.3; two rounds: 12.7); five (t_{0.975, 4} = 2.8, over sqrt(5))
 narrow it about 2.5x, and rounds are cheap: a pool starts in tens of milliseconds."""
 
-LAYER_KEYS = tuple(f.name for f in dataclasses.fields(GatedDeltaNetConfig) if f.name != "dtype")
-"""The keys of a scenario file that set its layer (Scenario.layer: GatedDeltaNetConfig's fields; the dtype is
-swept, Scenario.dtype)."""
+LAYER_KEYS = tuple(
+    f.name for f in dataclasses.fields(GatedDeltaNetConfig) if f.name not in ("dtype", "backend")
+)
+"""The keys of a scenario file that set its layer (Scenario.layer: GatedDeltaNetConfig's fields; the dtype
+and the backend are swept: Scenario.dtype, Sweep.backend)."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -128,6 +131,10 @@ class Sweep:
     layout: list[Layout] | None = None
     """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS): contiguous (rank r holds the
     r-th slice) and/or zigzag (pieces r and 2 cp - 1 - r of 2 cp); default [contiguous]."""
+    backend: list[str] | None = None
+    """The local op of every rank (gdn_cp.ops.backends: gdn_cp, fla, transformers or a registered name), the
+    layer's GatedDeltaNetConfig.backend; default [gdn_cp]. Case ids of another backend end with its name
+    (`p2p-ckpt-cp2-T4096-fwd_bwd-fla`)."""
     documents: list[Documents | None] | Documents | None = None
     """Packed documents (bench.suite.documents): a list of mappings such as {count: 64, lengths: lognormal}
     and/or null (one unpacked sequence), e.g. [null, {count: 64, lengths: lognormal}] to compare both; a
@@ -144,6 +151,13 @@ class Sweep:
                     yaml_key(f.name), "the list is empty; give at least one value or remove the key"
                 )
         require_positive(self, "cp", "seq_len", "local_seq_len")
+        for name in self.backend or ():
+            if name not in backend_names():
+                raise FieldError(
+                    "backend",
+                    f"unknown backend {name!r}; use one of {', '.join(backend_names())} (a name of your own "
+                    "must be registered with gdn_cp.ops.register_backend in the process that runs bench)",
+                )
         if self.seq_len is not None and self.local_seq_len is not None:
             raise FieldError(
                 "local_seq_len",
@@ -170,6 +184,7 @@ DEFAULT_SWEEP = Sweep(
     overlap=[False],
     pass_=["forward", "forward_backward"],
     layout=[DEFAULT_LAYOUT],
+    backend=[DEFAULT_BACKEND],
     documents=[None],
 )
 """What a scenario sweeps when it does not say: every mode, checkpoint on, no overlap, both training passes
@@ -343,9 +358,13 @@ class Scenario:
             return [dtype_name(self.layer.dtype)]
         return list(self.dtype) if isinstance(self.dtype, list) else [self.dtype]
 
-    def layer_config(self, dtype: str | None = None) -> GatedDeltaNetConfig:
-        """The layer at `dtype` (default: the scenario's first dtype)."""
-        return dataclasses.replace(self.layer, dtype=self.dtypes[0] if dtype is None else dtype)
+    def layer_config(self, dtype: str | None = None, backend: str | None = None) -> GatedDeltaNetConfig:
+        """The layer at `dtype` on `backend` (defaults: the scenario's first dtype, the layer's backend)."""
+        return dataclasses.replace(
+            self.layer,
+            dtype=self.dtypes[0] if dtype is None else dtype,
+            backend=self.layer.backend if backend is None else backend,
+        )
 
     def bars(self, dtype: str) -> Bars:
         """`bench verify`'s pass bars for cases of `dtype` (bench/thresholds.py)."""
@@ -357,8 +376,8 @@ class Scenario:
         `warmup`/`repeat`/`rounds` are the suite's; the scenario's own values win. Checkpoint only matters for
         p2p and all_gather: ulysses gets one case with checkpoint None whatever the list says; likewise the
         layout only matters at cp > 1 (cp 1 runs once, contiguous). A list of dtypes is the outermost loop
-        of every sweep; per point the order is checkpoint, overlap, layout, documents, pass (overlap only at
-        cp > 1, where there is an exchange to overlap).
+        of every sweep; per point the order is backend, checkpoint, overlap, layout, documents, pass (overlap
+        only at cp > 1, where there is an exchange to overlap).
         """
         common: dict[str, Any] = dict(
             scenario=self.name,
@@ -380,6 +399,7 @@ class Scenario:
                 and sweep.overlap
                 and sweep.pass_
                 and sweep.layout
+                and sweep.backend
             )
             assert isinstance(sweep.documents, list)
             for dtype, cp in product(self.dtypes, sweep.cp):
@@ -389,8 +409,10 @@ class Scenario:
                     overlaps = sweep.overlap if mode in SUMMARY_MODES and cp > 1 else [False]
                     # one rank holds zigzag's two pieces in order: at cp 1 it is the contiguous layout
                     layouts = sweep.layout if cp > 1 else [DEFAULT_LAYOUT]
-                    inputs = product(checkpoints, overlaps, layouts, sweep.documents, sweep.pass_)
-                    for ckpt, overlap, layout, documents, pass_ in inputs:
+                    inputs = product(
+                        sweep.backend, checkpoints, overlaps, layouts, sweep.documents, sweep.pass_
+                    )
+                    for backend, ckpt, overlap, layout, documents, pass_ in inputs:
                         case = Case(
                             mode=mode,
                             checkpoint=ckpt,
@@ -398,7 +420,7 @@ class Scenario:
                             cp=cp,
                             seq_len=seq_len,
                             pass_=pass_,
-                            layer=self.layer_config(dtype),
+                            layer=self.layer_config(dtype, backend),
                             layout=layout,
                             documents=documents,
                             **common,
@@ -411,7 +433,7 @@ class Scenario:
         compared): the layer's and the top-level sweep's keys at the top, unset sweep lists left out."""
         out = to_dict(self)
         del out["name"]
-        out.update({k: v for k, v in out.pop("layer").items() if k != "dtype"})
+        out.update({k: v for k, v in out.pop("layer").items() if k not in ("dtype", "backend")})
         out["dtype"] = self.dtypes if isinstance(self.dtype, list) else self.dtypes[0]
         out.update({k: v for k, v in out.pop("sweep").items() if v is not None})
         out["sweeps"] = [{k: v for k, v in sweep.items() if v is not None} for sweep in out["sweeps"]]
@@ -485,11 +507,17 @@ class Case:
         """The layer's dtype by its short name (fp32, bf16, fp16, fp64)."""
         return dtype_name(self.layer.dtype)
 
+    @property
+    def backend(self) -> str:
+        """The local op the case ran on (the layer's backend, gdn_cp.ops.backends)."""
+        return self.layer.backend
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def case_id(self) -> str:
         """Stable and readable, e.g. `p2p-ckpt-cp4-T32768-fwd_bwd`, `ulysses-cp2-T4096-fwd`; with a dtype
-        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`; overlap on adds `-overlap` after the checkpoint tag; the
+        sweep `p2p-ckpt-cp4-T32768-fwd_bwd-bf16`, then `-tf32` and a backend other than gdn_cp
+        (`...-fwd_bwd-bf16-tf32-fla`); overlap on adds `-overlap` after the checkpoint tag; the
         zigzag layout and packed documents add their tags
         after the length, `p2p-ckpt-cp4-T32768-zigzag-docs64-lognormal-fwd_bwd` (the ids of cases in the
         contiguous layout without documents are what they always were)."""
@@ -497,6 +525,7 @@ class Case:
         ckpt += "-overlap" if self.overlap else ""
         dtype = f"-{self.dtype}" if self.dtype_in_id else ""
         dtype += "" if self.precision == "fp32" else f"-{self.precision}"
+        dtype += "" if self.backend == DEFAULT_BACKEND else f"-{self.backend}"
         return f"{self.mode}{ckpt}-cp{self.cp}-T{self.seq_len}{self.input_tag}-{PASS_TAGS[self.pass_]}{dtype}"
 
     @property

@@ -5,8 +5,8 @@ cases that match any of them (OR). A term is
     field=pattern    a case field, with shell-style wildcards: mode=p2p, cp=2, seq_len=4*, pass=forward
     pattern          a wildcard on the case id: *cp4*, p2p-ckpt-*-fwd_bwd
 Fields: case_id, scenario, mode, checkpoint (true, false, or none for ulysses), overlap (true, false), cp,
-seq_len, local_seq_len, pass, dtype, batch, layout, documents (the case id's tag, e.g. docs64-lognormal, or
-none).
+seq_len, local_seq_len, pass, dtype, batch, layout, backend, documents (the case id's tag, e.g.
+docs64-lognormal, or none).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ FILTER_FIELDS = (
     "dtype",
     "batch",
     "layout",
+    "backend",
     "documents",
 )
 

@@ -1,7 +1,8 @@
 """The op-level entry to context parallelism: FLA's chunk_gated_delta_rule on this rank's sequence shard.
 
     o_local, final = cp_chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0,
-                                               output_final_state=True, group=cp_group, mode="p2p")
+                                               output_final_state=True, group=cp_group, mode="p2p",
+                                               backend="fla")
 
 Any model that computes q, k, v, g, beta on its own shard (its Conv1D included: that needs the halo, which
 the layer-level GatedDeltaNet handles) can call it in place of the single-device op.
@@ -14,8 +15,10 @@ from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
 from gdn_cp.distributed.context_parallel import as_process_group
-from gdn_cp.distributed.layout import DEFAULT_LAYOUT
-from gdn_cp.distributed.modes import mode_class
+from gdn_cp.distributed.modes import CPOptions, mode_class
+from gdn_cp.ops.backends import DEFAULT_BACKEND
+
+_DEFAULTS = CPOptions()
 
 
 def cp_chunk_gated_delta_rule(
@@ -31,10 +34,11 @@ def cp_chunk_gated_delta_rule(
     cu_seqlens: torch.Tensor | None = None,
     *,
     group: ProcessGroup | DeviceMesh | None = None,
-    mode: str = "p2p",
-    layout: str = DEFAULT_LAYOUT,
-    checkpoint_summary: bool = True,
-    overlap: bool = False,
+    mode: str = _DEFAULTS.mode,
+    layout: str = _DEFAULTS.layout,
+    checkpoint_summary: bool = _DEFAULTS.checkpoint_summary,
+    overlap: bool = _DEFAULTS.overlap,
+    backend: str = DEFAULT_BACKEND,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """gdn_cp.ops.chunk_gated_delta_rule over the global sequence, called on every rank of `group` with its
@@ -52,12 +56,12 @@ def cp_chunk_gated_delta_rule(
         cu_seqlens: [n + 1] global document boundaries of the packed sequence (B = 1), the same on every rank;
             a document may span any number of ranks and a rank hold many
         group: the CP group (a ProcessGroup, a 1-D DeviceMesh, or None for WORLD)
-        mode: a name of gdn_cp.distributed.MODES (ulysses needs Hk and Hv divisible by cp)
+        mode: a name of gdn_cp.distributed.MODES, by default ulysses (needs Hk and Hv divisible by cp)
         layout: "contiguous" (rank r holds the r-th slice, of any length) or "zigzag" (global chunks r and
             2 cp - 1 - r of 2 cp, concatenated; T divisible by 2 cp), in and out
-        checkpoint_summary: modes with a summary: recompute it in backward instead of keeping its graph
-        overlap: modes with a summary: compute the outputs' state-free part while the exchange is in flight
-            (gdn_cp.distributed.LinearAttentionContextParallel.overlap)
+        checkpoint_summary, overlap: modes with a summary (gdn_cp.distributed.CPOptions says what each
+            means on each backend)
+        backend: the local op (gdn_cp.ops.backends): gdn_cp, fla, transformers or a registered name
         chunk_size: C
     Returns:
         o [B, L, Hv, V] this rank's output shard; the final state(s) or None.
@@ -66,7 +70,10 @@ def cp_chunk_gated_delta_rule(
     the wrong shape, a zigzag T that does not divide by 2 cp) raises the same ValueError on every rank, after
     one small header exchange and before any collective that depends on it.
     """
-    executor = mode_class(mode)(as_process_group(group), checkpoint_summary, layout, overlap)
+    options = CPOptions(
+        mode=mode, layout=layout, checkpoint_summary=checkpoint_summary, overlap=overlap, backend=backend
+    )
+    executor = mode_class(mode)(as_process_group(group), options)
     return executor.gated_delta_rule(
         q,
         k,

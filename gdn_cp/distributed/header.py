@@ -13,7 +13,7 @@ rank was given), carries per rank:
 - its piece lengths (1 piece contiguous, 2 zigzag: gdn_cp.distributed.layout), from which every rank
   derives the same ShardPlan;
 - the CallSignature: what every rank must pass alike (mode, layout, head counts and dims, dtype, checkpoint,
-  overlap, chunk size, ...). A field that differs is named with every rank's value.
+  overlap, backend, chunk size, ...). A field that differs is named with every rank's value.
 
 Every rank applies the same checks to the same values (`agree`), in that order: problems, signature,
 fingerprints, the split.
@@ -40,8 +40,9 @@ from gdn_cp.ops import check_packed_batch, document_bounds
 
 PIECE_SLOTS = 2
 """Piece lengths per rank in the header, whatever the layout (the most any layout holds: zigzag's 2)."""
-TEXT_WORDS = 2
-"""int64 words per text field of the signature: 16 bytes of ASCII, zero-padded."""
+TEXT_WORDS = 4
+"""int64 words per text field of the signature: 32 bytes of ASCII, zero-padded (a registered backend's name
+may be long)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +54,8 @@ class CallSignature:
     layout: str
     checkpoint_summary: bool
     overlap: bool
+    backend: str
+    """The local op's name (gdn_cp.ops.backends), as the mode resolved it."""
     batch: int
     num_k_heads: int
     num_v_heads: int

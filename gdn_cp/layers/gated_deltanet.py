@@ -21,12 +21,12 @@ from gdn_cp.dtypes import to_dtype
 from gdn_cp.ops import (
     causal_conv1d,
     check_packed_batch,
-    chunk_gated_delta_rule,
     chunk_gdn_flops,
     conv_state,
     gated_rms_norm,
     gdn_gates,
 )
+from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend, backend_names, get_backend
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -51,6 +51,11 @@ class GatedDeltaNetConfig:
     """Chunk size of the chunked GDN."""
     dtype: torch.dtype | str = torch.float32
     """Parameter dtype; a torch.dtype or a name such as "bf16"."""
+    backend: str = DEFAULT_BACKEND
+    """The local op (gdn_cp.ops.backends): "gdn_cp" (this package's, any device and dtype), "fla"
+    (flash-linear-attention's Triton kernels), "transformers" (its torch fallback), or a name registered with
+    gdn_cp.ops.register_backend. Used by the layer on one device (prefill and decode too) and by every CP
+    mode unless LinearAttentionContextParallel names another."""
 
     def __post_init__(self) -> None:
         for name in (f.name for f in fields(self) if f.type == "int"):  # every size: a positive integer
@@ -66,6 +71,11 @@ class GatedDeltaNetConfig:
         if not self.rms_norm_eps > 0:
             raise ValueError(f"GatedDeltaNetConfig.rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
         object.__setattr__(self, "dtype", to_dtype(self.dtype, "GatedDeltaNetConfig.dtype"))  # frozen
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ValueError(
+                f"GatedDeltaNetConfig.backend must be a backend's name, got {self.backend!r}; use one of "
+                f"{', '.join(backend_names())}"
+            )
 
     @property
     def key_dim(self) -> int:
@@ -176,6 +186,7 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, config: GatedDeltaNetConfig, device: torch.device | str | None = None) -> None:
         super().__init__()
+        get_backend(config.backend)  # an unknown name fails here, listing the registered ones
         self.config = config
         c = config
         kw = {"dtype": c.dtype, "device": device}
@@ -248,11 +259,13 @@ class GatedDeltaNet(nn.Module):
         cu_seqlens: torch.Tensor | Sequence[int] | None = None,
         initial_state: torch.Tensor | None = None,
         output_final_state: bool = False,
+        backend: Backend | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Gates and the chunked GDN for the value heads `heads` (all by default), documents `cu_seqlens`:
-        (o, final state or None). Shapes as gdn_cp.ops."""
+        """Gates and the chunked GDN for the value heads `heads` (all by default), documents `cu_seqlens`,
+        on `backend` (default: the config's): (o, final state or None). Shapes as gdn_cp.ops."""
         g, beta = self.gates(a, b, heads)
-        return chunk_gated_delta_rule(
+        backend = get_backend(self.config.backend) if backend is None else backend
+        return backend.rule(
             q,
             k,
             v,
@@ -261,7 +274,7 @@ class GatedDeltaNet(nn.Module):
             initial_state=initial_state,
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=True,
-            cu_seqlens=None if cu_seqlens is None else torch.as_tensor(cu_seqlens),
+            cu_seqlens=cu_seqlens,
             chunk_size=self.config.chunk_size,
         )
 

@@ -22,6 +22,15 @@ Every op takes (q, k, v, g, beta) in that order. Inputs in bf16/fp16 are accumul
 come back in the input dtype; fp64 stays fp64.
 """
 
+from gdn_cp.ops.affine import AffineOutputs, affine_rule, segment_maps, segments_rule
+from gdn_cp.ops.backends import (
+    DEFAULT_BACKEND,
+    Backend,
+    backend_names,
+    get_backend,
+    register_backend,
+    unregister_backend,
+)
 from gdn_cp.ops.chunk import (
     ChunkIntermediates,
     SplitOutputs,
@@ -46,9 +55,14 @@ from gdn_cp.ops.summary import (
 )
 
 __all__ = [
+    "DEFAULT_BACKEND",
+    "AffineOutputs",
+    "Backend",
     "ChunkIntermediates",
     "SplitOutputs",
+    "affine_rule",
     "apply_summary",
+    "backend_names",
     "causal_conv1d",
     "check_packed_batch",
     "chunk_gated_delta_rule",
@@ -62,10 +76,15 @@ __all__ = [
     "gated_rms_norm",
     "gdn_gates",
     "gdn_state_summary",
+    "get_backend",
     "l2norm",
     "pack_summary",
     "prepare_chunks",
     "recurrent_gated_delta_rule",
+    "register_backend",
+    "segment_maps",
+    "segments_rule",
     "split_chunk_outputs",
     "unpack_summary",
+    "unregister_backend",
 ]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from rich.console import Console
 
 from bench.cli import main
 from bench.commands import doctor
 from bench.doctor import system
 from bench.doctor.checks import Check
+from bench.doctor.kernels import layer_backends
 from bench.measure.contention import Window
 
 pytestmark = pytest.mark.multirank
@@ -28,11 +30,14 @@ def test_doctor_on_cpu_checks_every_part(monkeypatch):
     text = console.export_text()
     for line in ("all-reduce", "all-to-all", "isend/irecv ring", "limit fp32", "chunk vs recurrent, packed"):
         assert line in text
+    assert "gdn_cp seam" in text and "fla" in text  # fla: checked, or one line saying why not
+    backends = 1 + len(layer_backends(torch.device("cpu")))  # transformers' fallback where it is installed
     rows = [r for r in text.splitlines() if r.startswith("│ layer")]
     training = [r for r in rows if "prefill" not in r]
     prefill = [r for r in rows if "prefill" in r]  # output, conv and recurrent states against one device
-    assert len(training) == 4 and all("│ ok " in r and "cp 2: output rel-L2" in r for r in training), rows
-    assert len(prefill) == 4 and all("│ ok " in r and "conv state" in r for r in prefill), rows
+    assert len(training) == 4 * backends, rows
+    assert all("│ ok " in r and "cp 2: output rel-L2" in r for r in training), rows
+    assert len(prefill) == 4 * backends and all("│ ok " in r and "conv state" in r for r in prefill), rows
     assert "verdict: ok" in text or "verdict: warn" in text  # a governor or boost may warn on some hosts
 
 

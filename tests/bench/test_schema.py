@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from bench.errors import UserError
@@ -38,6 +37,9 @@ def test_every_result_file_loads_and_what_it_writes_validates(path: Path, tmp_pa
     again = tmp_path / "again.json"
     save_result(run, again)
     data = json.loads(again.read_text())
+    jsonschema = pytest.importorskip(
+        "jsonschema", reason="jsonschema (an independent validator, the dev extra) is not installed"
+    )
     jsonschema.validate(data, result_schema())
     assert data["schema_version"] == SCHEMA_VERSION and load_result(again) == run
 
@@ -137,21 +139,23 @@ def test_a_missing_key_names_the_record_that_lacks_it(tmp_path: Path):
 
 def test_version_2_files_mean_what_they_meant(tmp_path: Path):
     """A version-2 file written before overlap, layouts, documents, precision, throughput and contention
-    existed reads with the values those runs had (ADDED_IN_2); the layer's keys nest as the case's layer."""
+    existed reads with the values those runs had (ADDED_IN_2); the layer's keys nest as the case's layer,
+    whose op was the project's own, on kernels of unknown version."""
     path, _ = _written(tmp_path)
     data = json.loads(path.read_text())
     v2 = {**data, "schema_version": 2}
     for key in ADDED_IN_2["run"]:
         del v2[key]
+    v2["environment"] = {k: v for k, v in data["environment"].items() if k != "kernel_versions"}
     v2["cases"] = []
     for result in data["cases"]:
         case = result["case"]
         params = {k: v for k, v in case.items() if k not in (*ADDED_IN_2["case"], "layer")}
-        params |= {k: v for k, v in case["layer"].items() if k != "rms_norm_eps"}
+        params |= {k: v for k, v in case["layer"].items() if k not in ("rms_norm_eps", "backend")}
         old = {k: v for k, v in result.items() if k not in (*ADDED_IN_2["case result"], "case")}
         v2["cases"].append({**old, "params": params})
     upgraded = upgrade(v2)
-    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3, 4]
+    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3, 4, 5]
     path.write_text(json.dumps(v2))
     run = load_result(path)
     first = run.cases[0]
@@ -162,6 +166,7 @@ def test_version_2_files_mean_what_they_meant(tmp_path: Path):
         "fp32",
     )
     assert first.throughput is None and first.contention is None and run.command is None
+    assert first.case.layer.backend == "gdn_cp" and run.environment.kernel_versions == {}
     assert first.case.layer.rms_norm_eps == 1e-6 and first.case.case_id == data["cases"][0]["case"]["case_id"]
 
 

@@ -117,7 +117,7 @@ def test_other_schema_versions_are_refused_with_what_to_do(tmp_path: Path, versi
     with pytest.raises(UserError) as info:
         load_result(path)
     assert (
-        f"schema_version {version!r} is not a version this bench reads (1, 2, 3, 4, {SCHEMA_VERSION}; it "
+        f"schema_version {version!r} is not a version this bench reads (1, 2, 3, 4, 5, {SCHEMA_VERSION}; it "
         "writes " in str(info.value)
     )
     assert "re-run its scenarios with this bench" in str(info.value)

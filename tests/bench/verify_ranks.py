@@ -5,6 +5,8 @@ Spawned ranks import this module by name (as bench_ranks), so the hooks are modu
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.distributed as dist
 
@@ -39,4 +41,5 @@ def ignore_layout(layer: GatedDeltaNet) -> None:
     """The CP layer reads its zigzag shard as a contiguous one (its two pieces as one slice), as a mode that
     ignored its layout would."""
     executor = layer.context_parallel
-    layer.context_parallel = type(executor)(executor.group, executor.checkpoint_summary, "contiguous")
+    options = dataclasses.replace(executor.options, layout="contiguous")
+    layer.context_parallel = type(executor)(executor.group, options)

@@ -44,9 +44,9 @@ UNEVEN = {
 }
 
 
-def _shape(world: int, batch: int, seq_len: int) -> Shape:
+def _shape(world: int, batch: int, seq_len: int, dims: tuple[int, int] = (K_DIM, V_DIM)) -> Shape:
     """Heads divisible by the world size (ulysses runs too), two value heads per key head."""
-    return Shape(batch, seq_len, world, 2 * world, K_DIM, V_DIM)
+    return Shape(batch, seq_len, world, 2 * world, *dims)
 
 
 def _rel(actual: torch.Tensor, reference: torch.Tensor) -> float:
@@ -70,20 +70,27 @@ def op_case(
     dtype: torch.dtype = torch.float64,
     states: bool = True,
     overlap: bool = False,
+    backend: str = "gdn_cp",
+    dims: tuple[int, int] = (K_DIM, V_DIM),
+    chunk: int = CHUNK,
+    tokens: int | None = None,
 ) -> dict[str, float]:
     """cp_chunk_gated_delta_rule vs the recurrent reference on the whole sequence (per document): outputs,
     final states (and that every rank holds the same), the gradients of q, k, v, g, beta and of the initial
     states. The loss reads every output and, on rank 0 only, the final states. states=False: no initial or
-    final states (documents then share chunks: the masked path)."""
-    T = sum(lengths) if lengths else (documents[-1] if documents else 8 * world)
-    if layout == "zigzag" and not documents:
+    final states (documents then share chunks: the masked path). `backend`: the local op; `dims` (K, V),
+    `chunk` and `tokens` (T when neither lengths nor documents give it) size the problem."""
+    T = sum(lengths) if lengths else (documents[-1] if documents else tokens or 8 * world)
+    if layout == "zigzag" and not documents and tokens is None:
         T = 6 * world
-    shape = _shape(world, batch, T)
+    shape = _shape(world, batch, T, dims)
     x = gdn_inputs(shape, dtype=torch.float64, seed=1, unit_qk=True)
     n = 1 if documents is None else len(documents) - 1
     gen = torch.Generator().manual_seed(2)
-    h0 = torch.randn(n if documents else batch, shape.Hv, K_DIM, V_DIM, generator=gen, dtype=torch.float64)
-    w_o = torch.randn(batch, T, shape.Hv, V_DIM, generator=gen, dtype=torch.float64)
+    h0 = torch.randn(
+        n if documents else batch, shape.Hv, shape.K, shape.V, generator=gen, dtype=torch.float64
+    )
+    w_o = torch.randn(batch, T, shape.Hv, shape.V, generator=gen, dtype=torch.float64)
     w_f = torch.randn(h0.shape, generator=gen, dtype=torch.float64)
     cu = None if documents is None else torch.tensor(documents)
 
@@ -105,7 +112,8 @@ def op_case(
         layout=layout,
         checkpoint_summary=checkpoint,
         overlap=overlap,
-        chunk_size=CHUNK,
+        backend=backend,
+        chunk_size=chunk,
     )
     loss = (o * shard_sequence(w_o, layout=layout, lengths=lengths).to(dtype)).sum()
     if dist.get_rank() == 0 and states:

@@ -87,8 +87,10 @@ def test_ulysses_is_exercised_where_heads_split() -> None:
 @pytest.mark.parametrize("world", [2, 3, 4], ids=lambda w: f"cp{w}")
 @pytest.mark.parametrize("mode", SUMMARY_MODES)
 def test_checkpoint_summary_on_equals_off(world_results, mode: str, world: int) -> None:
+    """On (the recompute path) and off (the split path) compute the same values in another order: fp64
+    roundoff apart (eps sqrt(terms) ~ 1e-14 at these sizes)."""
     for rank in world_results(world):
-        assert rank["checkpoint_on_off"][mode] == 0.0
+        assert rank["checkpoint_on_off"][mode] <= 1e-12
 
 
 @pytest.mark.parametrize("world", [2, 3, 4], ids=lambda w: f"cp{w}")

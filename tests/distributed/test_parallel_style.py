@@ -36,7 +36,7 @@ def test_is_a_parallel_style_with_fixed_fields() -> None:
     assert style == same and hash(style) == hash(same)
     assert repr(style) == (
         "LinearAttentionContextParallel(mode='p2p', checkpoint_summary=False, layout='contiguous', "
-        "overlap=False)"
+        "overlap=False, backend=None)"
     )
     with pytest.raises(AttributeError, match=r"overlap is read-only"):
         style.overlap = True  # type: ignore[misc]

@@ -12,9 +12,10 @@ class. The order of MODE_CLASSES is the display order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from gdn_cp.distributed.layout import DEFAULT_LAYOUT
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, check_layout
 from gdn_cp.distributed.modes.all_gather import AllGatherMode
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.distributed.modes.p2p import P2PMode
@@ -23,6 +24,7 @@ from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 from gdn_cp.distributed.modes.ulysses import UlyssesMode
 from gdn_cp.distributed.sharding import check_layout_split
 from gdn_cp.layers import GatedDeltaNetConfig
+from gdn_cp.ops.backends import get_backend
 
 ModeName = Literal["ulysses", "p2p", "all_gather", "scan"]
 """The names of the CP modes, for type hints and config validation (equal to MODES, in order)."""
@@ -35,6 +37,37 @@ MODES: tuple[str, ...] = tuple(MODE_CLASSES)
 DEFAULT_MODE: str = MODES[0]
 SUMMARY_MODES: tuple[str, ...] = tuple(n for n, m in MODE_CLASSES.items() if m.has_summary)
 """The modes that compute an (S, M) summary, where checkpoint_summary applies."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CPOptions:
+    """How a CP call runs, the one record every mode takes (FLA's FLACPContext pattern). Checked on
+    construction: an unknown name raises ValueError listing the known ones."""
+
+    mode: str = DEFAULT_MODE
+    """A name of MODES; the first, ulysses, is the default everywhere (the op, the style, the configs)."""
+    layout: str = DEFAULT_LAYOUT
+    """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS), for inputs and outputs alike."""
+    checkpoint_summary: bool = True
+    """Modes with a summary: trade time for memory. On: the least memory (the local op keeps its inputs and
+    recomputes the rest in backward); off: keep what makes the backward fastest. What each backend keeps
+    either way: SequenceShardMode.local_path."""
+    overlap: bool = False
+    """Modes with a summary, on the split path (SequenceShardMode.local_path): compute the outputs'
+    state-free part while the summary exchange is in flight. The affine path computes every output's
+    state-free part before the exchange anyway; overlap there is refused rather than ignored."""
+    backend: str | None = None
+    """The local op (gdn_cp.ops.backends): None takes the layer's own (GatedDeltaNetConfig.backend), or
+    gdn_cp at the op level."""
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        check_layout(self.layout)
+        for name in ("checkpoint_summary", "overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"CPOptions.{name} must be True or False, got {getattr(self, name)!r}")
+        if self.backend is not None:
+            get_backend(self.backend)
 
 
 def check_mode(mode: str) -> None:
@@ -81,6 +114,7 @@ __all__ = [
     "MODE_CLASSES",
     "SUMMARY_MODES",
     "CPMode",
+    "CPOptions",
     "CommCase",
     "ModeName",
     "SequenceShardMode",

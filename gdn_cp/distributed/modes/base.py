@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch.distributed import ProcessGroup
@@ -25,10 +25,14 @@ from torch.distributed.tensor import DTensor, Shard
 from gdn_cp.distributed.collectives import exchange_header, group_rank_size, sum_with_outputs
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.header import CallSignature, agree, check_local_input, header_words, plan_documents
-from gdn_cp.distributed.layout import DEFAULT_LAYOUT, ShardPlan, check_layout
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT, ShardPlan
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig, GDNState
+from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend, get_backend
 from gdn_cp.ops.inputs import check_gdn_inputs
+
+if TYPE_CHECKING:
+    from gdn_cp.distributed.modes import CPOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +67,19 @@ class CPMode(ABC):
     has_summary: ClassVar[bool]
     """Whether the mode computes the affine (S, M) summary, so that checkpoint_summary and overlap apply."""
 
-    def __init__(
-        self,
-        group: ProcessGroup | None,
-        checkpoint_summary: bool,
-        layout: str = DEFAULT_LAYOUT,
-        overlap: bool = False,
-    ) -> None:
-        check_layout(layout)
+    def __init__(self, group: ProcessGroup | None, options: CPOptions) -> None:
         self.group = group
         self.rank, self.size = group_rank_size(group)
-        self.checkpoint_summary = checkpoint_summary
-        self.layout = layout
-        self.overlap = overlap
-        """Compute the outputs' state-free part while the summary exchange is in flight (modes with a
-        summary; gdn_cp.distributed.modes.sequence_shard)."""
+        self.options = options
+        """How this mode runs (gdn_cp.distributed.modes.CPOptions): layout, checkpoint, overlap, backend."""
+
+    @property
+    def layout(self) -> str:
+        return self.options.layout
+
+    def backend(self, config_backend: str = DEFAULT_BACKEND) -> Backend:
+        """The local op: the options' backend, else `config_backend` (the layer's own)."""
+        return get_backend(self.options.backend or config_backend)
 
     # -- facts, for validation, estimates and the communication model -------------------------------------
 
@@ -178,22 +180,43 @@ class CPMode(ABC):
         conv_total, state_total = packed.split([conv[0].numel(), state[0].numel()], dim=1)
         return out, GDNState(conv_total.view_as(conv).to(conv.dtype), state_total.view_as(state))
 
-    def signature(self, **call: object) -> CallSignature:
-        """This call's CallSignature: the mode's own settings and `call`'s fields (the config, dtype and
-        options every rank must pass alike)."""
+    def signature(self, backend: Backend, **call: object) -> CallSignature:
+        """This call's CallSignature: the mode's own settings, the backend it resolved, and `call`'s fields
+        (the config, dtype and options every rank must pass alike)."""
         return CallSignature(
             mode=self.name,
             layout=self.layout,
-            checkpoint_summary=self.checkpoint_summary,
-            overlap=self.overlap,
+            checkpoint_summary=self.options.checkpoint_summary,
+            overlap=self.options.overlap,
+            backend=backend.name,
             **call,
         )
+
+    def check_backend(
+        self,
+        backend: Backend,
+        device: torch.device,
+        dtype: torch.dtype,
+        chunk_size: int,
+        head_k_dim: int,
+        scale: float | None = None,
+    ) -> None:
+        """ValueError, with the fix, if this mode cannot run the call's local op on `backend` (what the
+        backend supports: gdn_cp.ops.backends.Backend.check; a mode may refuse more). Raised in the local
+        checks, so that every rank raises together after the header."""
+        backend.check(device=device, dtype=dtype, chunk_size=chunk_size, head_k_dim=head_k_dim, scale=scale)
+
+    def layer_check(self, layer: GatedDeltaNet, x: torch.Tensor):
+        """The local check of a layer call on x (for `plan_by_header`): the backend's."""
+        c, backend = layer.config, self.backend(layer.config.backend)
+        return lambda bounds: self.check_backend(backend, x.device, c.dtype, c.chunk_size, c.head_k_dim)
 
     def layer_signature(
         self, config: GatedDeltaNetConfig, x: torch.Tensor, final_state: bool = False
     ) -> CallSignature:
         """The signature of a layer call on x [B, L, hidden] (a prefill's with `final_state`)."""
         return self.signature(
+            self.backend(config.backend),
             output_final_state=final_state,
             batch=x.shape[0],
             num_k_heads=config.num_k_heads,
@@ -244,9 +267,11 @@ class CPMode(ABC):
         chunk_size: int = 64,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The GDN over the global sequence, on this rank's shard (shapes: gdn_cp.distributed.functional)."""
+        backend = self.backend()
 
         def check(bounds: list[int] | None) -> None:
             check_gdn_inputs(q, k, v, g, beta)
+            self.check_backend(backend, q.device, q.dtype, chunk_size, q.shape[3], scale)
             expected = (len(bounds) - 1 if bounds else q.shape[0], v.shape[2], k.shape[3], v.shape[3])
             if initial_state is not None and tuple(initial_state.shape) != expected:
                 what = "[n, Hv, K, V] (one per document)" if bounds else "[B, Hv, K, V]"
@@ -256,6 +281,7 @@ class CPMode(ABC):
                 )
 
         signature = self.signature(
+            backend,
             batch=q.shape[0],
             # a malformed q or v is `check`'s to name; its signature fields are then 0
             num_k_heads=q.shape[2] if q.dim() == 4 else 0,
@@ -279,6 +305,7 @@ class CPMode(ABC):
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             documents=documents,
             chunk_size=chunk_size,
+            backend=backend,
         )
         return (o, None) if share is None else sum_with_outputs(o, share, self.group)
 
@@ -294,6 +321,7 @@ class CPMode(ABC):
         use_qk_l2norm_in_kernel: bool,
         documents: list[int] | None,
         chunk_size: int,
+        backend: Backend,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`gated_delta_rule` once every rank agrees on `plan`, but for the final states' sum: (o, this rank's
         share of the final states, [N, Hv, K, V] with zeros where another rank holds the tokens or heads, or

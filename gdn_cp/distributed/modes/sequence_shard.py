@@ -33,14 +33,19 @@ from gdn_cp.distributed.transfers import InFlight
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.layers import GatedDeltaNet
 from gdn_cp.ops import (
+    affine_rule,
     apply_summary,
     causal_conv1d,
     chunk_outputs,
     conv_state,
     gdn_state_summary,
     prepare_chunks,
+    segment_maps,
+    segments_rule,
     split_chunk_outputs,
+    unpack_summary,
 )
+from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend
 
 
 def state_bytes(config) -> int:
@@ -106,7 +111,9 @@ class SequenceShardMode(CPMode):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         c = layer.config
         signature = self.layer_signature(c, x, final_state)
-        plan, bounds = self.plan_by_header(signature, x.shape[1], cu_seqlens, x.device)
+        plan, bounds = self.plan_by_header(
+            signature, x.shape[1], cu_seqlens, x.device, self.layer_check(layer, x)
+        )
         p = layer.project(x)
         pieces = p.mixed_qkv.split(plan.local_lengths, dim=1)
         halos = exchange_halos(pieces, c.conv_kernel_size - 1, plan.lengths, self.group, plan.owners)
@@ -129,6 +136,7 @@ class SequenceShardMode(CPMode):
             use_qk_l2norm_in_kernel=True,
             documents=bounds,
             chunk_size=c.chunk_size,
+            backend=self.backend(c.backend),
         )
         out = layer.output(o, p.z)
         if state is None:
@@ -138,6 +146,32 @@ class SequenceShardMode(CPMode):
         return out, (conv, state)
 
     # -- the op ---------------------------------------------------------------------------------------------
+
+    def local_path(self, backend: Backend) -> str:
+        """How this rank computes its pieces' summaries and outputs (the trade `checkpoint_summary` names):
+
+        - "recompute" (checkpoint_summary on, the least memory): `segment_maps` (the backend op at value width
+          V + K from [0 | I], its outputs dropped, recomputed in backward), the exchange, then `segments_rule`
+          (the op at width V from H_in): what stays for backward is what one call at width V keeps;
+        - "split" (gdn_cp, checkpoint off, or overlap on): gdn_cp's chunk stages apart, prepared once
+          (`prepare_chunks`, the summaries, `chunk_outputs` or, with overlap, `split_chunk_outputs` while
+          the exchange is in flight), every prepared chunk kept for the fastest backward; with
+          checkpoint_summary the summaries' reduction alone is recomputed;
+        - "affine" (another backend, checkpoint off): `affine_rule`, one call at width V + K whose outputs
+          are affine in H_in, before the exchange: the op's own saved tensors at width V + K.
+        """
+        if backend.name == DEFAULT_BACKEND and (self.options.overlap or not self.options.checkpoint_summary):
+            return "split"
+        return "recompute" if self.options.checkpoint_summary else "affine"
+
+    def check_backend(self, backend, device, dtype, chunk_size, head_k_dim, scale=None) -> None:
+        super().check_backend(backend, device, dtype, chunk_size, head_k_dim, scale)
+        if self.options.overlap and self.local_path(backend) != "split":
+            raise ValueError(
+                "overlap=True applies to backend 'gdn_cp' only (its chunk scan runs while the exchange is "
+                f"in flight); backend {backend.name!r} computes the outputs in calls of its op on either "
+                "side of the exchange: use overlap=False"
+            )
 
     def sharded_rule(
         self,
@@ -150,50 +184,136 @@ class SequenceShardMode(CPMode):
         use_qk_l2norm_in_kernel: bool,
         documents: list[int] | None,
         chunk_size: int,
+        backend: Backend,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         segments = plan.segments(documents)
         kw = {"scale": scale, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel, "chunk_size": chunk_size}
-        if initial_state is None and not output_final_state:
-            # No state in or out per document: chunks are cut at the pieces' edges only, and the documents
-            # inside a piece share chunks (resets), with no padding.
-            at = [0, *itertools.accumulate(plan.local_lengths)]
-            resets = [s.start for s in segments if not s.carried]
-            chunks = prepare_chunks(*inputs, cu_seqlens=at, resets=resets, **kw)
-            summaries = [
-                gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary, segment=piece)
-                for piece in range(len(plan.local_pieces))
-            ]
-            S, M = torch.stack([S for S, _ in summaries]), torch.stack([M for _, M in summaries])
-            pending = self.begin_entering_states(S, M, plan)
-            if self.overlap:
-                split = split_chunk_outputs(chunks)  # while the exchange is in flight
-                o, _ = split.with_entering_states(pending.wait().transpose(0, 1))
-            else:
-                o, _ = chunk_outputs(chunks, pending.wait().transpose(0, 1))
+        # Initial states per document, [B, n, Hv, K, V] (cu_seqlens: B = 1 and n documents; else n = 1).
+        starts = None
+        if initial_state is not None:
+            starts = initial_state.unsqueeze(0) if documents is not None else initial_state.unsqueeze(1)
+        path = self.local_path(backend)
+        if path != "split":
+            o, finals = self._backend_rule(
+                plan, inputs, segments, starts, output_final_state, backend, path, kw
+            )
+        elif initial_state is None and not output_final_state:
+            return self._split_rule(plan, inputs, segments, kw), None
+        else:
+            o, finals = self._rule_with_states(plan, inputs, segments, starts, output_final_state, kw)
+        if not output_final_state:
             return o, None
-        return self._rule_with_states(
-            plan, inputs, segments, documents, initial_state, output_final_state, kw
+        # Each document's final state is on the rank holding its last token (the caller sums the shares).
+        n_docs = 1 if documents is None else len(documents) - 1
+        ending = [i for i, s in enumerate(segments) if s.ends_document]
+        index = torch.tensor([segments[i].document for i in ending], dtype=torch.long, device=finals.device)
+        share = finals.new_zeros(finals.shape[0], n_docs, *finals.shape[2:]).index_copy(
+            1, index, finals[:, ending]
         )
+        return o, (share[0] if documents is not None else share[:, 0])
+
+    def _backend_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        segments: list[LocalSegment],
+        starts: torch.Tensor | None,
+        output_final_state: bool,
+        backend: Backend,
+        path: str,
+        kw: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The "affine" and "recompute" paths (`local_path`): every segment (a document inside a piece) a
+        sequence of the backend's op; (o, every segment's final state [B, n, Hv, K, V] or None).
+
+        Every piece's first segment reads H_in (where it starts a document, through exact zeros: q_eff = 0
+        on the affine path, `where` on the other), so that the exchange's backward runs on every rank."""
+        pieces = sorted({s.piece for s in segments})
+        first = [min(i for i, s in enumerate(segments) if s.piece == p) for p in pieces]
+        last = [max(i for i, s in enumerate(segments) if s.piece == p) for p in pieces]
+        fresh = None
+        if starts is not None:
+            documents = torch.tensor([s.document for s in segments], device=starts.device)
+            fresh = starts.index_select(1, documents)
+        shard = {
+            "bounds": [s.start for s in segments] + [sum(plan.local_lengths)],
+            "carried": [s.carried for s in segments],
+            "fresh_states": fresh,
+            **kw,
+        }
+        V = inputs[2].shape[-1]
+        if path == "affine":
+            affine = affine_rule(
+                backend,
+                *inputs,
+                reading=first,
+                finals=output_final_state or any(j not in first for j in last),
+                **shard,
+            )
+            S, M = unpack_summary(torch.stack([affine.summary(j) for j in last]), V)
+            entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
+            return affine.with_entering_states(entering.transpose(0, 1), output_final_state)
+        # The global last piece's map reaches no other piece: zeros stand in for it (no call, no recompute).
+        needed = [j for p, j in zip(plan.local_pieces, last, strict=True) if p < len(plan.owners) - 1]
+        maps = segment_maps(backend, *inputs, segments=needed, recompute=True, **shard) if needed else None
+        (B, _, Hv, _), K = inputs[2].shape, inputs[0].shape[-1]
+        skipped = inputs[2].new_zeros(B, Hv, K, V + K, dtype=accumulation_dtype(inputs[2].dtype))
+        # A leaf that asks for its gradient, as the maps it stands in for would: the exchange's output then
+        # needs one too, so that its backward (a collective) runs on this rank as on the others.
+        tracked = (*inputs, fresh) if fresh is not None else inputs
+        skipped.requires_grad_(torch.is_grad_enabled() and any(t.requires_grad for t in tracked))
+        packed = torch.stack([maps[:, needed.index(j)] if j in needed else skipped for j in last])
+        S, M = unpack_summary(packed, V)
+        entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
+        # Each piece's first segment enters with H_in where it continues a document, through `where` always.
+        carried = torch.tensor([segments[j].carried for j in first], device=S.device).view(-1, 1, 1, 1, 1)
+        given = torch.zeros_like(entering) if fresh is None else fresh[:, first].transpose(0, 1).to(S.dtype)
+        return segments_rule(
+            backend,
+            *inputs,
+            bounds=shard["bounds"],
+            reading=first,
+            entering=torch.where(carried, entering, given).transpose(0, 1),
+            fresh_states=fresh,
+            output_final_state=output_final_state,
+            **kw,
+        )
+
+    def _split_rule(
+        self, plan: ShardPlan, inputs: tuple[torch.Tensor, ...], segments: list[LocalSegment], kw: dict
+    ) -> torch.Tensor:
+        """The split path without states in or out: chunks are cut at the pieces' edges only, and the
+        documents inside a piece share chunks (resets), with no padding."""
+        at = [0, *itertools.accumulate(plan.local_lengths)]
+        resets = [s.start for s in segments if not s.carried]
+        chunks = prepare_chunks(*inputs, cu_seqlens=at, resets=resets, **kw)
+        summaries = [
+            gdn_state_summary(chunks, checkpoint_summary=self.options.checkpoint_summary, segment=piece)
+            for piece in range(len(plan.local_pieces))
+        ]
+        S, M = torch.stack([S for S, _ in summaries]), torch.stack([M for _, M in summaries])
+        pending = self.begin_entering_states(S, M, plan)
+        if self.options.overlap:
+            split = split_chunk_outputs(chunks)  # while the exchange is in flight
+            o, _ = split.with_entering_states(pending.wait().transpose(0, 1))
+        else:
+            o, _ = chunk_outputs(chunks, pending.wait().transpose(0, 1))
+        return o
 
     def _rule_with_states(
         self,
         plan: ShardPlan,
         inputs: tuple[torch.Tensor, ...],
         segments: list[LocalSegment],
-        bounds: list[int] | None,
-        initial_state: torch.Tensor | None,
+        starts: torch.Tensor | None,
         output_final_state: bool,
         kw: dict,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Documents with states in or out: every segment (a document inside a piece) in chunks of its own,
-        entering with H_in (it continues a document) or its document's initial state, leaving with its final
-        state."""
+        """The split path with states in or out: every segment (a document inside a piece) in chunks of its
+        own, entering with H_in (it continues a document) or its document's initial state, leaving with its
+        final state: (o, every segment's final state [B, n, Hv, K, V] or None)."""
         local_bounds = [s.start for s in segments] + [sum(plan.local_lengths)]
         chunks = prepare_chunks(*inputs, cu_seqlens=local_bounds, **kw)
-        # Initial states per document, [B, n, Hv, K, V] (cu_seqlens: B = 1 and n documents; else n = 1).
-        starts = None
-        if initial_state is not None:
-            starts = initial_state.unsqueeze(0) if bounds is not None else initial_state.unsqueeze(1)
         S, M = self._piece_summaries(chunks, segments, starts)
         pending = self.begin_entering_states(S, M, plan)
 
@@ -202,26 +322,16 @@ class SequenceShardMode(CPMode):
         carried = torch.tensor([s.carried for s in segments], device=device)
         documents = torch.tensor([s.document for s in segments], device=device)
         fresh = None if starts is None else starts.index_select(1, documents).to(S.dtype)
-        if self.overlap:
+        if self.options.overlap:
             split = split_chunk_outputs(chunks, fresh, carried)  # while the exchange is in flight
             entering = pending.wait().index_select(0, piece_of).transpose(0, 1)  # [B, n_segments, Hv, K, V]
-            o, finals = split.with_entering_states(entering, output_final_state)
-        else:
-            # Every segment reads H_in through `where`, so that the exchange's backward runs on every rank.
-            entering = pending.wait().index_select(0, piece_of).transpose(0, 1)
-            fresh = torch.zeros_like(entering) if fresh is None else fresh
-            o, finals = chunk_outputs(
-                chunks, torch.where(carried.view(1, -1, 1, 1, 1), entering, fresh), output_final_state
-            )
-        if not output_final_state:
-            return o, None
-        # Each document's final state is on the rank holding its last token (the caller sums the shares).
-        n_docs = 1 if bounds is None else len(bounds) - 1
-        ending = [i for i, s in enumerate(segments) if s.ends_document]
-        share = finals.new_zeros(finals.shape[0], n_docs, *finals.shape[2:]).index_copy(
-            1, documents[ending], finals[:, ending]
+            return split.with_entering_states(entering, output_final_state)
+        # Every segment reads H_in through `where`, so that the exchange's backward runs on every rank.
+        entering = pending.wait().index_select(0, piece_of).transpose(0, 1)
+        fresh = torch.zeros_like(entering) if fresh is None else fresh
+        return chunk_outputs(
+            chunks, torch.where(carried.view(1, -1, 1, 1, 1), entering, fresh), output_final_state
         )
-        return o, (share[0] if bounds is not None else share[:, 0])
 
     def _piece_summaries(
         self, chunks, segments: list[LocalSegment], starts: torch.Tensor | None
@@ -231,7 +341,7 @@ class SequenceShardMode(CPMode):
         for piece in sorted({s.piece for s in segments}):
             ids = [i for i, s in enumerate(segments) if s.piece == piece]
             first, last = ids[0], ids[-1]
-            S, M = gdn_state_summary(chunks, checkpoint_summary=self.checkpoint_summary, segment=last)
+            S, M = gdn_state_summary(chunks, checkpoint_summary=self.options.checkpoint_summary, segment=last)
             if not (segments[first].carried and first == last):
                 # A document starts in this piece: the entering state is forgotten by the piece's end.
                 if starts is not None:

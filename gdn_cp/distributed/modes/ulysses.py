@@ -25,7 +25,8 @@ from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
-from gdn_cp.ops import causal_conv1d, chunk_gated_delta_rule, conv_state
+from gdn_cp.ops import causal_conv1d, conv_state
+from gdn_cp.ops.backends import Backend
 
 
 class UlyssesMode(CPMode):
@@ -86,7 +87,8 @@ class UlyssesMode(CPMode):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
         c, cp, r = layer.config, self.size, self.rank
         B, L, _ = x.shape
-        plan, bounds = self.plan_by_header(self.layer_signature(c, x, final_state), L, cu_seqlens, x.device)
+        signature = self.layer_signature(c, x, final_state)
+        plan, bounds = self.plan_by_header(signature, L, cu_seqlens, x.device, self.layer_check(layer, x))
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
@@ -114,7 +116,15 @@ class UlyssesMode(CPMode):
         ql, kl, vl = layer.split_qkv(causal_conv1d(mixed, w_local, cu_seqlens=bounds))
         heads = slice(r * hv, (r + 1) * hv)
         o, final = layer.core(
-            ql, kl, vl, a, b, heads=heads, cu_seqlens=bounds, output_final_state=final_state
+            ql,
+            kl,
+            vl,
+            a,
+            b,
+            heads=heads,
+            cu_seqlens=bounds,
+            output_final_state=final_state,
+            backend=self.backend(c.backend),
         )  # [B, T, hv, V]
         out = layer.output(self._to_sequence(o, plan), p.z)
         if final is None:
@@ -154,6 +164,7 @@ class UlyssesMode(CPMode):
         use_qk_l2norm_in_kernel: bool,
         documents: list[int] | None,
         chunk_size: int,
+        backend: Backend,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         q, k, v, g, beta = inputs
         cp, r = self.size, self.rank
@@ -175,7 +186,7 @@ class UlyssesMode(CPMode):
             ).split([hv, hv], dim=-1)
         T = ql.shape[1]
         heads = slice(r * hv, (r + 1) * hv)
-        o, final = chunk_gated_delta_rule(
+        o, final = backend.rule(
             ql.reshape(B, T, hk, K),
             kl.reshape(B, T, hk, K),
             vl.reshape(B, T, hv, V),
@@ -185,7 +196,7 @@ class UlyssesMode(CPMode):
             initial_state=None if initial_state is None else initial_state[:, heads],
             output_final_state=output_final_state,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            cu_seqlens=None if documents is None else torch.tensor(documents),
+            cu_seqlens=documents,
             chunk_size=chunk_size,
         )
         o = self._to_sequence(o, plan)
