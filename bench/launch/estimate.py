@@ -10,41 +10,53 @@ sequence instead, which this overestimates only when C exceeds the shard); in th
 rank's two pieces is padded on its own. Packed documents add nothing: the layer keeps them apart with masks
 inside shared chunks (gdn_cp.ops.documents, resets), so they pad nothing; e = bytes per element of the
 dtype, a = of the accumulation dtype (4; 8 for fp64), P = parameter count, conv_dim = 2*Hk*K + Hv*V,
-value_dim = Hv*V:
+value_dim = Hv*V, state = Hv*K*(V + K) (one packed [S | M]). The local path is the mode's
+(CPMode.local_path: "whole" for ulysses, "recompute" / "affine" for the summary modes with checkpoint on /
+off, "split" with overlap):
 
     peak = e*P                                              parameters
          + 2 * e * tokens * hidden                          input shard and output gradient
-         + padded * 2.5 * a*Hv*(3K + V + C)                 chunk intermediates q, k_tail, w, u ([C, K] or
-                                                            [C, V] per chunk) and the [C, C] UT transform
-                                                            and masked Q K^T: N*C*C per head
+         + padded * F[path] * a*Hv*(3K + V + C)             the op's saved tensors and working set per token
+                                                            (q, k_tail, w, u: [C, K] or [C, V] per chunk;
+                                                            the [C, C] UT transform and masked Q K^T)
+         + WORKSPACE[path] * a * state                      the op's workspace that does not grow with
+                                                            tokens (its V + K call's on the affine path)
          + tokens * 2.5 * e*(2*conv_dim + 3*value_dim + hidden)   projections, conv out, z, o, norm, output
-         + [checkpoint off, a mode with a summary] tokens * 3 * a * Hv*K*(K + V) / C   per-chunk summary graph
-         + held * batch * a * Hv*K*(K + V)                 the summaries of other ranks the mode holds
+         + [split, checkpoint off] tokens * 3 * a * state / C     the per-chunk summary graph
+         + held * batch * a * state                        the summaries of other ranks the mode holds
                                                            (CPMode.held_summaries: all_gather cp, others 0;
                                                            one per piece: x2 in the zigzag layout)
-         + [overlap] padded * 2.5 * a*Hv*K*(1 + K / C)     the output scan's extra K columns: q_eff per token
+         + [split] padded * F * a*Hv*K*(1 + K / C)          the output scan's extra K columns: q_eff per token
                                                            and the identity's part of each chunk state
          + [forward_backward] e*P + e*tokens*hidden         parameter and input gradients
 
-The factors 2.5 and 3 are fitted to gdn_cp's eager ops on CPU with the profiler meter (fp32, head dims
-32-128, chunk 32-64: within about 10% of the measured forward peak; forward_backward peaks at the end of
-the forward, about the same). The PR's eager NPU implementation measured about twice this at its shapes
-(5289 MiB for p2p at CP4/32K, hidden 2048, bf16, where this gives about 2.9 GiB): treat it as a lower bound
-off CPU, which is what refusing a case that cannot fit needs.
+Fitted to gdn_cp's ops on CPU with the profiler meter at the reference PR's per-rank shape (hidden 2048,
+K/V heads 16/32, head dims 128, bf16, cp 2, 2K to 16K tokens per rank; scenario cpu-memory, README
+"Memory"): every measured peak lies under the estimate, by 1.10-1.21x at 8K tokens per rank for every mode
+and checkpoint (the tests hold those figures). Off the CPU the allocator's rounding and a device's
+workspaces add to it: the device's own reading (device_used_bytes) is the one to trust there.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.suite.config import Case
 from gdn_cp.distributed import Platform, mode_class, probe_devices
 from gdn_cp.distributed.layout import pieces_per_rank
+from gdn_cp.distributed.modes import CPOptions
 from gdn_cp.dtypes import accumulation_dtype
+from gdn_cp.ops import get_backend
 
 ACTIVATION_FACTOR = 2.5
 """Live activation bytes per token, relative to the main tensors a step creates (fitted, see above)."""
+OP_FACTOR = {"whole": 2.5, "split": 2.5, "recompute": 2.0, "affine": 2.0}
+"""F[path]: the op's bytes per token, relative to its chunk intermediates (fitted, see above). ulysses'
+whole-sequence op and the split path keep more per token than the summary modes' calls through the op."""
+WORKSPACE_STATES = {"whole": 16, "split": 16, "recompute": 16, "affine": 72}
+"""WORKSPACE[path]: the op's memory that does not grow with tokens, in packed states (fitted, see above)."""
 SUMMARY_GRAPH_FACTOR = 3.0
 """Per-chunk summary tensors kept for backward without the summary checkpoint, relative to one (S, M)."""
 
@@ -81,14 +93,23 @@ def estimate_peak_bytes(case: Case) -> int:
     params = parameter_count(case)
     summary = Hv * K * (K + V)  # elements of one packed [S | M]
 
-    peak = e * params + 2 * e * tokens * c.hidden_size
-    peak += padded_tokens(case) * ACTIVATION_FACTOR * a * Hv * (3 * K + V + C)
-    peak += tokens * ACTIVATION_FACTOR * e * (2 * c.conv_dim + 3 * c.value_dim + c.hidden_size)
     mode = mode_class(case.mode)
-    if mode.has_summary and not case.checkpoint:
+    options = CPOptions(
+        mode=case.mode,
+        layout=case.layout,
+        checkpoint_summary=bool(case.checkpoint),
+        overlap=case.overlap,
+        backend=case.backend,
+    )
+    path = mode.local_path(options, get_backend(case.backend))
+    peak = e * params + 2 * e * tokens * c.hidden_size
+    peak += padded_tokens(case) * OP_FACTOR[path] * a * Hv * (3 * K + V + C)
+    peak += WORKSPACE_STATES[path] * a * summary
+    peak += tokens * ACTIVATION_FACTOR * e * (2 * c.conv_dim + 3 * c.value_dim + c.hidden_size)
+    if path == "split" and not case.checkpoint:
         peak += tokens * SUMMARY_GRAPH_FACTOR * a * summary / C
-    if mode.has_summary and case.overlap:
-        peak += padded_tokens(case) * ACTIVATION_FACTOR * a * Hv * K * (1 + K / C)
+    if path == "split":
+        peak += padded_tokens(case) * OP_FACTOR[path] * a * Hv * K * (1 + K / C)
     held = mode.held_summaries(case.cp) * pieces_per_rank(case.layout)  # a summary per piece
     peak += held * case.batch * a * summary
     if case.pass_ == "forward_backward":
@@ -116,19 +137,34 @@ def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
         return None
 
 
-def available_bytes(platform: Platform, local_rank: int | None = None) -> tuple[int | None, bool]:
-    """(bytes available to the ranks, shared_by_local_ranks).
+@dataclass(frozen=True, slots=True)
+class AvailableMemory:
+    """What the ranks of a case can allocate on this host."""
 
-    cpu: the host's available memory, shared by every local rank. npu/cuda: a launcher (`local_rank`
-    None) takes the least free memory of this host's devices, read by a probe process so that it creates no
-    device context (gdn_cp.distributed.launch.probe_devices); a torchrun rank its own device's, which it
-    chooses first.
-    """
+    host: int | None = None
+    """cpu: the host's available bytes, which every local rank draws on (None: unknown)."""
+    devices: tuple[int, ...] = ()
+    """Accelerators: the free bytes of each device the ranks take, in the order they take them (a local
+    launch puts its rank r on device r; a torchrun rank holds its own device alone)."""
+
+    def for_ranks(self, ranks: int) -> tuple[int | None, int]:
+        """(bytes available, how many of a case's `ranks` ranks on this host draw on them): on a cpu the
+        host's memory shared by all; on devices the least free of the `ranks` first, one rank each (another
+        job on a device the case does not take changes nothing)."""
+        if self.devices:
+            return min(self.devices[:ranks]), 1
+        return self.host, ranks
+
+
+def available_memory(platform: Platform, local_rank: int | None = None) -> AvailableMemory:
+    """What the ranks can allocate (AvailableMemory). cpu: the host's available memory. npu/cuda: a
+    launcher (`local_rank` None) reads every local device's free memory from a probe process, so that it
+    creates no device context (gdn_cp.distributed.launch.probe_devices); a torchrun rank its own device's,
+    which it chooses first."""
     if platform.device_type == "cpu":
-        return host_available_bytes(), True
+        return AvailableMemory(host=host_available_bytes())
     if local_rank is not None:
         platform.set_device(local_rank)
         info = platform.memory_info(local_rank)
-        return (info[0] if info is not None else None), False
-    devices = probe_devices(platform)
-    return (min(d.free_bytes for d in devices) if devices else None), False
+        return AvailableMemory(devices=() if info is None else (info[0],))
+    return AvailableMemory(devices=tuple(d.free_bytes for d in probe_devices(platform)))

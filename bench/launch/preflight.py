@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from bench.launch.estimate import available_bytes, estimate_peak_bytes, human_bytes
+from bench.launch.estimate import available_memory, estimate_peak_bytes, human_bytes
 from bench.suite.config import Case, Scenario
 from bench.suite.loader import Locator
 from gdn_cp.distributed import Platform, check_cp_shapes
@@ -47,7 +47,7 @@ def check_cases(
                 f"case {case.case_id}: fp64 on npu: Ascend NPUs have no fp64 matrix units; use fp32 or bf16 "
                 "there (bench verify's metrics are computed in fp64 on the host), or fp64 with --device cpu",
             )
-    available, shared = available_bytes(platform, local_rank) if platform is not None else (None, False)
+    memory = available_memory(platform, local_rank) if platform is not None else None
     for case in cases:
         config = case.layer
         try:
@@ -67,9 +67,9 @@ def check_cases(
                 f"case {case.case_id} needs {case.cp} ranks on this host, more than the {max_local_ranks} it "
                 "can run usefully; use a smaller cp, or launch across hosts with torchrun (see the README)",
             )
+        available, ranks = memory.for_ranks(ranks_on_host(case)) if memory is not None else (None, 1)
         if available is not None:
             per_rank = estimate_peak_bytes(case)
-            ranks = ranks_on_host(case) if shared else 1
             if per_rank * ranks > available:
                 host = f" x {ranks} ranks on this host = {human_bytes(per_rank * ranks)}" if ranks > 1 else ""
                 needs = (

@@ -74,6 +74,8 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
             baseline_bytes=r.baseline_bytes,
             meter=r.meter,
             device_used_bytes=r.device_used_bytes,
+            device_used_before_bytes=r.device_used_before_bytes,
+            reserved_peak_bytes=r.reserved_peak_bytes,
         ),
         threads_per_rank=r.threads,
         throughput=ThroughputResult(

@@ -10,8 +10,11 @@ Meters, recorded with every reading:
 - "npu-allocator" / "cuda-allocator": the device allocator's peak after Platform.reset_peak_memory: the
   tensors torch allocated. It does not see what the device holds outside torch's allocator (NCCL's and
   HCCL's buffers, the context, the allocator's cached blocks), so on npu/cuda every reading also carries
-  the device's used memory after the step (`device_used_bytes`: total - free of mem_get_info), the memory
-  a rank really takes.
+  the allocator's reserved peak (its blocks, cached ones included) and the device's used memory before and
+  after the step (total - free of mem_get_info), the memory a rank really takes. The allocator's cached
+  blocks are released first (empty_cache): an earlier case's cache (or the matmul calibration's buffers)
+  would otherwise count in this case's reserved and used memory, and its figures would depend on the order
+  the cases ran in.
 - "cpu-profiler": torch.profiler with profile_memory=True. Each allocation event (and free: a negative
   `alloc_size`) carries `total_allocated`, a running total of bytes allocated minus freed while any profiler
   has been recording in this process. The total does not restart with a new profiler: memory allocated
@@ -59,6 +62,10 @@ class MemoryReading:
     """"npu-allocator", "cuda-allocator" or "cpu-profiler" (see the module docstring)."""
     device_used_bytes: int | None = None
     """npu/cuda: the device's used memory after the step, allocator or not (mem_get_info); None on cpu."""
+    device_used_before_bytes: int | None = None
+    """npu/cuda: the device's used memory before the step, once the cached blocks are released."""
+    reserved_peak_bytes: int | None = None
+    """npu/cuda: the allocator's peak reserved bytes during the step (cached blocks included)."""
 
 
 def _walk(nodes: Iterable) -> Iterator:
@@ -107,6 +114,8 @@ def measure_peak(
     gc.collect()
     platform.synchronize()
     if platform.has_allocator_stats:
+        platform.empty_cache()
+        free_before, total = platform.memory_info(local_rank()) or (0, 0)
         platform.reset_peak_memory()
         baseline = platform.memory_allocated()
         step()
@@ -117,6 +126,8 @@ def measure_peak(
             baseline_bytes=baseline - foreign_bytes,
             meter=f"{platform.device_type}-allocator",
             device_used_bytes=total - free,
+            device_used_before_bytes=total - free_before,
+            reserved_peak_bytes=platform.max_memory_reserved() - foreign_bytes,
         )
     baseline = tensor_bytes(live)
     return MemoryReading(

@@ -2,8 +2,8 @@
 
 Runs inside an initialised process group, in the case's CP group: the default group of a pool of local
 ranks (bench.launch.pool), or a group of its own inside a torchrun job (bench.launch.job). Every rank
-builds the same weights, the same global input and the same output gradient from the case's seed, keeps
-its sequence shard in the case's layout (shard_sequence: contiguous or zigzag), and puts the layer under
+builds the same weights from the case's seed and draws its own shard, in the case's layout (contiguous or
+zigzag), of one global input and output gradient (bench.measure.inputs), and puts the layer under
 LinearAttentionContextParallel in that layout. With packed documents every rank passes the same global
 boundaries (Case.cu_seqlens) as the layer's cu_seqlens, at cp 1 too.
 
@@ -38,11 +38,13 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, load_average, pin_threads
+from bench.measure.inputs import INPUT, OUTPUT_GRAD, local_ranges, shard_tensor
 from bench.measure.library import THIS, Library, load_library
 from bench.measure.memory import measure_peak, tensor_bytes
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from bench.suite.config import Case
-from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform, shard_sequence
+from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform
+from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.dtypes import accumulation_dtype, matmul_precision
 
 
@@ -71,19 +73,21 @@ class RankResults:
     """That dtype, as the matmul runs it (fp32, tf32, bf16, ...)."""
     contention: Contention
     """How shared the machine was during the timed passes (bench.measure.contention)."""
+    device_used_before_bytes: list[int] | None = None
+    """[rank] npu/cuda: the device's used memory before that pass, the allocator's cache released; None on
+    cpu."""
+    reserved_peak_bytes: list[int] | None = None
+    """[rank] npu/cuda: the allocator's peak reserved bytes during it; None on cpu."""
 
 
-def global_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
-    """The same tensor on every rank: drawn on the CPU from a seeded generator (device RNGs differ)."""
-    return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
-
-
-def _local_shard(
-    x: torch.Tensor, device: torch.device, layout: str, group: ProcessGroup | None
-) -> torch.Tensor:
-    """This rank's shard of x [B, T, hidden] in `layout`, [B, T/cp, hidden], as its own tensor on `device`
-    (a copy, so that the global tensor can be freed)."""
-    return shard_sequence(x, group, layout=layout).to(device, copy=True)
+def _local_shard(case: Case, stream: int, device: torch.device, group: ProcessGroup | None) -> torch.Tensor:
+    """This rank's shard [B, T/cp, hidden] of the case's global `stream` tensor (bench.measure.inputs), drawn
+    on the CPU for its own positions alone (device RNGs differ), then moved to `device`."""
+    rank, cp = group_rank_size(group)
+    ranges = local_ranges(case.seq_len, cp, rank, case.layout)
+    shape = (case.batch, case.seq_len, case.layer.hidden_size)
+    shard = shard_tensor(shape, case.layer.dtype, seed=case.seed, stream=stream, ranges=ranges)
+    return shard.to(device)
 
 
 def cu_seqlens_of(case: Case) -> torch.Tensor | None:
@@ -107,17 +111,11 @@ def build_pass(
     config = case.layer
     # drawn on the CPU: the same weights on any device
     layer = library.seeded_layer(library.config(config), case.seed, device)
-    generator = torch.Generator().manual_seed(case.seed + 1)
-    shape = (case.batch, case.seq_len, case.layer.hidden_size)
-    x = _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
+    x = _local_shard(case, INPUT, device, group)
     x.requires_grad_(case.pass_ != "prefill")
     # A prefill has no backward: no output gradient is drawn, so none counts in its memory (the training
     # passes keep theirs, as their results always have).
-    grad_output = (
-        None
-        if case.pass_ == "prefill"
-        else _local_shard(global_tensor(shape, config.dtype, generator), device, case.layout, group)
-    )
+    grad_output = None if case.pass_ == "prefill" else _local_shard(case, OUTPUT_GRAD, device, group)
     cu_seqlens = cu_seqlens_of(case)
     style = library.context_parallel(
         mode=case.mode, checkpoint_summary=bool(case.checkpoint), layout=case.layout, overlap=case.overlap
@@ -274,9 +272,9 @@ def _measure(
             samples_s=[r[0][side] for r in everyone],
             peak_bytes=[r[1][side].peak_bytes for r in everyone],
             baseline_bytes=[r[1][side].baseline_bytes for r in everyone],
-            device_used_bytes=None
-            if memories[side].device_used_bytes is None
-            else [r[1][side].device_used_bytes for r in everyone],
+            device_used_bytes=_per_rank(everyone, side, "device_used_bytes"),
+            device_used_before_bytes=_per_rank(everyone, side, "device_used_before_bytes"),
+            reserved_peak_bytes=_per_rank(everyone, side, "reserved_peak_bytes"),
             meter=memories[side].meter,
             device_name=platform.device_name(local_rank()),
             threads=torch.get_num_threads(),
@@ -286,3 +284,9 @@ def _measure(
         )
         for side in range(len(libraries))
     ]
+
+
+def _per_rank(everyone: list, side: int, field: str) -> list[int] | None:
+    """[rank] `field` of every rank's memory reading of `side`; None where the meter has none (cpu)."""
+    values = [getattr(r[1][side], field) for r in everyone]
+    return None if any(v is None for v in values) else values

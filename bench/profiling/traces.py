@@ -340,6 +340,10 @@ COMM_KERNEL_PREFIXES = ("nccl", "hccl", "hcom", "ncclDevKernel", "ncclKernel")
 """Lower-cased starts of the names of a collective's device kernels (NCCL's on cuda; HCCL's on npu)."""
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 """Chrome-trace categories of work on the device's streams."""
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+"""Chrome-trace categories of the host's launch calls, which share a `correlation` id with their kernel."""
+DEVICE_STEP_CATEGORY = "gpu_user_annotation"
+"""The device-side span Kineto draws for a record_function range (first kernel launched in it to last)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,10 +391,45 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[t
     return out
 
 
+def _span(event: dict[str, Any]) -> tuple[float, float]:
+    start = float(event["ts"])
+    return start, start + float(event["dur"])
+
+
+def _inside(t: float, spans: list[tuple[float, float]]) -> bool:
+    return any(start <= t <= end for start, end in spans)
+
+
+def step_kernels(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The device kernels of the profiled steps (STEP_LABEL ranges): those launched inside a step's CPU
+    range (launch and kernel share a correlation id), else, without launch events, those starting inside a
+    step's device-side span. What runs between steps (the barrier that lines the ranks up, an all-reduce
+    with no compute beside it that absorbs their skew) is not the step's. A trace without step ranges: every
+    kernel."""
+    events = _x_events(trace)
+    kernels = [e for e in events if e.get("cat") in DEVICE_CATEGORIES]
+    labelled = [e for e in events if e["name"] == STEP_LABEL]
+    host_steps = [_span(e) for e in labelled if e.get("cat") != DEVICE_STEP_CATEGORY]
+    device_steps = [_span(e) for e in labelled if e.get("cat") == DEVICE_STEP_CATEGORY]
+    launches = {
+        (e.get("args") or {}).get("correlation"): float(e["ts"])
+        for e in events
+        if e.get("cat") in LAUNCH_CATEGORIES
+    }
+    launches.pop(None, None)
+    if host_steps and launches:
+        correlated = [(k, launches.get((k.get("args") or {}).get("correlation"))) for k in kernels]
+        return [k for k, launched in correlated if launched is not None and _inside(launched, host_steps)]
+    if device_steps:
+        return [k for k in kernels if _inside(float(k["ts"]), device_steps)]
+    return kernels
+
+
 def device_exposure(trace: dict[str, Any], steps: int) -> DeviceExposure | None:
     """Communication and its exposed part on the device's timeline of one rank's trace (module docstring),
-    per step (`steps` profiled steps); None when the trace holds no device kernels (cpu)."""
-    kernels = [e for e in _x_events(trace) if e.get("cat") in DEVICE_CATEGORIES]
+    per step (`steps` profiled steps), counting only the steps' own kernels (`step_kernels`); None when the
+    trace holds no device kernels (cpu)."""
+    kernels = step_kernels(trace)
     if not kernels or steps < 1:
         return None
     comm, compute = [], []

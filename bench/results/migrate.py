@@ -19,7 +19,9 @@ older version is converted step by step, as plain JSON data, into the current la
   in older files.
 - 6: local-op backends (gdn_cp.ops.backends): a case's layer records its `backend` (the project's own op,
   "gdn_cp", before) and the environment, and each of its nodes, the backends' package versions
-  (`kernel_versions`; empty, unknown, before).
+  (`kernel_versions`; empty, unknown, before); a device's memory reading adds the allocator's reserved peak
+  and the device's used memory before the pass (`reserved_peak_bytes`, `device_used_before_bytes`; null
+  before, when the allocator's cache was not released first either).
 """
 
 from __future__ import annotations
@@ -151,7 +153,10 @@ def _from_5(data: Data) -> Data:
 
     def case(record: Data) -> Data:
         layer = {"backend": "gdn_cp", **record["case"]["layer"]}
-        return {**record, "case": {**record["case"], "layer": layer}}
+        out = {**record, "case": {**record["case"], "layer": layer}}
+        if out.get("memory") is not None:
+            out["memory"] = {"reserved_peak_bytes": None, "device_used_before_bytes": None, **out["memory"]}
+        return out
 
     environment = {"kernel_versions": {}, **data["environment"]}
     if environment.get("nodes"):

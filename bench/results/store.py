@@ -71,6 +71,12 @@ class MemoryResult:
     device_used_bytes: list[int] | None = None
     """npu/cuda: each rank's device memory in use after the pass, inside torch's allocator or not (NCCL/HCCL
     buffers, the context, cached blocks: mem_get_info's total - free); None on cpu."""
+    device_used_before_bytes: list[int] | None = None
+    """npu/cuda: each rank's device memory in use before the pass, the allocator's cached blocks released
+    first (so that no earlier case's cache counts); None on cpu and in files before version 6."""
+    reserved_peak_bytes: list[int] | None = None
+    """npu/cuda: each rank's allocator peak reserved bytes during the pass (its blocks, cached ones
+    included); None on cpu and in files before version 6."""
 
     @property
     def peak_mib(self) -> float:

@@ -122,6 +122,12 @@ class Platform:
         if self.has_allocator_stats:
             self._module().reset_peak_memory_stats()
 
+    def empty_cache(self) -> None:
+        """Release the allocator's cached blocks to the device (npu, cuda; a no-op on cpu), so that what the
+        device reports in use is what is allocated now, not what earlier work left cached."""
+        if self.has_allocator_stats:
+            self._module().empty_cache()
+
     def memory_allocated(self) -> int:
         """Bytes held by the device allocator now (0 on cpu, which has no allocator statistics)."""
         return self._module().memory_allocated() if self.has_allocator_stats else 0
@@ -133,6 +139,13 @@ class Platform:
                 "cpu has no allocator peak; measure with bench.measure.memory's profiler meter"
             )
         return self._module().max_memory_allocated()
+
+    def max_memory_reserved(self) -> int:
+        """Peak bytes the allocator reserved from the device since the last `reset_peak_memory`, its cached
+        blocks included (npu, cuda); PlatformError on cpu."""
+        if not self.has_allocator_stats:
+            raise PlatformError("cpu has no allocator; measure with bench.measure.memory's profiler meter")
+        return self._module().max_memory_reserved()
 
     def device_count(self) -> int | None:
         """Accelerators visible to this process (npu, cuda); None on cpu, where ranks share the cores."""

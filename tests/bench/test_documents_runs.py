@@ -15,7 +15,8 @@ from tiny import TINY_LAYER_YAML, tiny_scenario
 from bench.commands import run as run_command
 from bench.commands import show as show_command
 from bench.commands import verify as verify_command
-from bench.measure.rank import cu_seqlens_of, global_tensor
+from bench.measure.inputs import INPUT, global_tensor
+from bench.measure.rank import cu_seqlens_of
 from bench.results.store import load_result
 from bench.suite.config import Sweep
 from gdn_cp.distributed import run_on_ranks
@@ -55,8 +56,8 @@ def test_ranks_get_zigzag_shards_of_one_input_and_the_global_boundaries():
         ),
     ).cases(warmup=0, repeat=1)
     ranks = run_on_ranks(bench_ranks.built_tensors, 2, (case, "cpu"))
-    generator = torch.Generator().manual_seed(case.seed + 1)
-    x = global_tensor((1, 16, case.layer.hidden_size), torch.float32, generator).chunk(4, dim=1)
+    x = global_tensor((1, 16, case.layer.hidden_size), torch.float32, seed=case.seed, stream=INPUT)
+    x = x.chunk(4, dim=1)
     assert torch.equal(ranks[0]["x"], torch.cat([x[0], x[3]], dim=1))  # pieces r and 2 cp - 1 - r
     assert torch.equal(ranks[1]["x"], torch.cat([x[1], x[2]], dim=1))
     cu = cu_seqlens_of(case)

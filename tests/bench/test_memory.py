@@ -71,7 +71,11 @@ def test_on_a_device_the_allocator_peak_comes_with_the_device_used_memory(monkey
 
     class FakeCuda:
         def __getattr__(self, name):
-            answers = {"memory_allocated": 1 * MIB, "max_memory_allocated": 5 * MIB}
+            answers = {
+                "memory_allocated": 1 * MIB,
+                "max_memory_allocated": 5 * MIB,
+                "max_memory_reserved": 6 * MIB,
+            }
             answers["mem_get_info"] = (60 * 2**30, 80 * 2**30)
             return lambda *a: calls.append((name, *a)) or answers.get(name)
 
@@ -82,10 +86,80 @@ def test_on_a_device_the_allocator_peak_comes_with_the_device_used_memory(monkey
     platform.set_device(3)
     reading = measure_peak(lambda: calls.append(("step",)), platform, [])
     assert (reading.peak_bytes, reading.baseline_bytes, reading.meter) == (5 * MIB, 1 * MIB, "cuda-allocator")
-    assert reading.device_used_bytes == 20 * 2**30
+    assert reading.device_used_bytes == 20 * 2**30 and reading.reserved_peak_bytes == 6 * MIB
     names = [c[0] for c in calls]
-    assert names.index("step") < names.index("mem_get_info") and ("mem_get_info", 3) in calls
+    assert names.index("empty_cache") < names.index("reset_peak_memory_stats") < names.index("step")
+    last_info = len(names) - 1 - names[::-1].index("mem_get_info")
+    assert names.index("mem_get_info") < names.index("step") < last_info and ("mem_get_info", 3) in calls
     # a paired compare's other layer (live, not this step's) is taken out of the allocator's readings
     other = measure_peak(lambda: None, platform, [], foreign_bytes=MIB // 2)
     assert (other.peak_bytes, other.baseline_bytes) == (5 * MIB - MIB // 2, MIB // 2)
     assert other.device_used_bytes == 20 * 2**30  # the device's used memory cannot be split
+
+
+class CachingAllocator:
+    """A device whose allocator keeps freed blocks cached (as CUDA's and NPU's do): reserved memory, and the
+    device's used memory, stay at their high-water mark until empty_cache."""
+
+    TOTAL, CONTEXT = 80 * 2**30, 512 * MIB
+
+    def __init__(self) -> None:
+        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.reserved = max(self.reserved, self.allocated)
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def free(self, n: int) -> None:
+        self.allocated -= n  # the block stays cached
+
+    def empty_cache(self) -> None:
+        self.reserved = self.allocated
+
+    def reset_peak_memory_stats(self) -> None:
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+    def memory_allocated(self) -> int:
+        return self.allocated
+
+    def max_memory_allocated(self) -> int:
+        return self.peak_allocated
+
+    def max_memory_reserved(self) -> int:
+        return self.peak_reserved
+
+    def mem_get_info(self, index: int) -> tuple[int, int]:
+        return self.TOTAL - self.CONTEXT - self.reserved, self.TOTAL
+
+    def __getattr__(self, name):  # set_device, synchronize, ...
+        return lambda *a: None
+
+
+def test_a_cases_device_memory_does_not_depend_on_what_ran_before_it(monkeypatch):
+    """Issue 35: an earlier case (or the matmul calibration) leaves gigabytes cached in the allocator; the
+    next case's allocated peak, reserved peak and device used memory read the same as when it runs first."""
+    monkeypatch.setattr(platform_module, "_chosen", {})
+    monkeypatch.setenv("LOCAL_RANK", "0")
+
+    def case(gib: float):
+        def step():
+            device.alloc(int(gib * 2**30))
+            device.free(int(gib * 2**30))
+
+        return step
+
+    readings = []
+    for order in ([2.0], [10.0, 2.0]):  # the 2 GiB case alone, then after a 10 GiB one
+        device = CachingAllocator()
+        device.alloc(1 * 2**30)  # the layer's parameters and inputs, live throughout
+        monkeypatch.setattr(torch, "cuda", device)
+        platform = Platform("cuda", "nccl")
+        platform.set_device(0)
+        readings.append([measure_peak(case(gib), platform, []) for gib in order][-1])
+    alone, after = readings
+    assert after == alone
+    assert alone.peak_bytes == alone.reserved_peak_bytes == 3 * 2**30
+    assert alone.device_used_before_bytes == 512 * MIB + 1 * 2**30
+    assert alone.device_used_bytes == 512 * MIB + 3 * 2**30  # this case's own cache, not the earlier one's

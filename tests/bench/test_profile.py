@@ -221,8 +221,37 @@ def test_posted_transfers_block_only_while_posting_and_their_wait_is_waiting():
     assert (b.compute_us, b.collectives_us, b.waiting_us) == (83, {"all_gather": 2}, 15)
 
 
-def _kernel(name: str, ts: float, dur: float, stream: int) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+def _kernel(name: str, ts: float, dur: float, stream: int, correlation: int | None = None) -> dict:
+    args = {"stream": stream} | ({} if correlation is None else {"correlation": correlation})
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": args}
+
+
+def _launch(ts: float, correlation: int) -> dict:
+    args = {"correlation": correlation}
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "args": args}
+
+
+def test_the_barrier_between_steps_is_not_exposed_communication():
+    """Issue 35: the dist.barrier() before each profiled step is an NCCL all-reduce with no compute beside
+    it (it absorbs the ranks' skew); counted, all of it read as exposed. Only kernels launched inside a
+    step's CPU range count; without launch events, those inside the step's device-side span."""
+    step = {"ph": "X", "cat": "user_annotation", "name": traces.STEP_LABEL}
+    events = [
+        _launch(0, 1),  # the barrier, before the step
+        _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5, 400, 13, correlation=1),
+        {**step, "ts": 10, "dur": 600},
+        _launch(20, 2),
+        _kernel("ampere_sgemm_128x64", 410, 100, 7, correlation=2),
+        _launch(30, 3),
+        _kernel("ncclDevKernel_SendRecv", 480, 60, 13, correlation=3),  # 480-540: 30 hidden, 30 exposed
+    ]
+    d = traces.device_exposure({"traceEvents": events}, steps=1)
+    assert d.communication_us == pytest.approx(60) and d.exposed_us == pytest.approx(30)
+    # the same trace without launch events: the step's device-side span (first to last kernel it launched)
+    device_side = [e for e in events if e.get("cat") == "kernel"]
+    device_side.append({**step, "cat": "gpu_user_annotation", "ts": 410, "dur": 130})
+    d = traces.device_exposure({"traceEvents": device_side}, steps=1)
+    assert d.communication_us == pytest.approx(60) and d.exposed_us == pytest.approx(30)
 
 
 def test_exposed_communication_is_read_from_the_device_timeline():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny import tiny_scenario
 
-from bench.measure.rank import global_tensor
+from bench.measure.inputs import INPUT, OUTPUT_GRAD, global_tensor
 from bench.suite.config import Sweep
 from gdn_cp.distributed import run_on_ranks
 
@@ -23,9 +23,9 @@ def test_same_weights_on_every_rank_and_contiguous_shards_of_one_input():
     for p0, p1 in zip(ranks[0]["params"], ranks[1]["params"], strict=True):
         assert torch.equal(p0, p1)
     # the global input and output gradient, drawn as the worker draws them, split in rank order
-    generator = torch.Generator().manual_seed(case.seed + 1)
-    x = global_tensor((1, 12, case.layer.hidden_size), torch.float32, generator)
-    grad = global_tensor((1, 12, case.layer.hidden_size), torch.float32, generator)
+    shape = (1, 12, case.layer.hidden_size)
+    x = global_tensor(shape, torch.float32, seed=case.seed, stream=INPUT)
+    grad = global_tensor(shape, torch.float32, seed=case.seed, stream=OUTPUT_GRAD)
     assert torch.equal(torch.cat([r["x"] for r in ranks], dim=1), x)
     assert torch.equal(torch.cat([r["grad"] for r in ranks], dim=1), grad)
     assert ranks[0]["x"].shape == (1, 6, case.layer.hidden_size)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import backend_ranks
 import pytest
 
-from gdn_cp.distributed import MODES, run_on_ranks
+from gdn_cp.distributed import MODES, mode_class, run_on_ranks
+from gdn_cp.distributed.modes import CPOptions
+from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
+from gdn_cp.ops import get_backend
 
 pytestmark = pytest.mark.multirank
 
@@ -72,3 +75,21 @@ def test_backend_errors_name_the_option_on_every_rank(results) -> None:
     for rank_results in results(2):
         for check, expected in ERRORS.items():
             assert expected in rank_results["errors"][check], (check, rank_results["errors"][check])
+
+
+def test_checkpoint_summary_chooses_the_local_path_on_every_backend() -> None:
+    """On: recompute (the least memory); off: the one call at width V + K, kept; overlap: gdn_cp's split
+    chunk scan, refused on another backend (its call is not split). ulysses calls the op on its head shard."""
+    for name in ("gdn_cp", "transformers"):
+        backend = get_backend(name)
+        for mode in ("p2p", "all_gather", "scan"):
+            cls = mode_class(mode)
+            assert issubclass(cls, SequenceShardMode)
+            paths = {
+                ckpt: cls.local_path(CPOptions(mode=mode, checkpoint_summary=ckpt), backend)
+                for ckpt in (True, False)
+            }
+            assert paths == {True: "recompute", False: "affine"}
+        assert mode_class("ulysses").local_path(CPOptions(), backend) == "whole"
+    overlap = CPOptions(mode="p2p", overlap=True)
+    assert mode_class("p2p").local_path(overlap, get_backend("gdn_cp")) == "split"

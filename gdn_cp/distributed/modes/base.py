@@ -90,6 +90,13 @@ class CPMode(ABC):
         return
 
     @classmethod
+    def local_path(cls, options: CPOptions, backend: Backend) -> str:
+        """How a rank of this mode computes its local op under `options` on `backend` (memory estimates,
+        and the mode's own dispatch): "whole" here, one call of the op on what the rank holds; the summary
+        modes' paths are SequenceShardMode.local_path's."""
+        return "whole"
+
+    @classmethod
     def held_summaries(cls, cp_size: int) -> int:
         """Packed [S | M] summaries of other ranks this rank holds at once (memory estimates)."""
         return 0

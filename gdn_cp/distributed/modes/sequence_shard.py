@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from abc import abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,7 +37,6 @@ from gdn_cp.ops import (
     affine_rule,
     apply_summary,
     causal_conv1d,
-    chunk_outputs,
     conv_state,
     gdn_state_summary,
     prepare_chunks,
@@ -46,6 +46,9 @@ from gdn_cp.ops import (
     unpack_summary,
 )
 from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend
+
+if TYPE_CHECKING:
+    from gdn_cp.distributed.modes import CPOptions
 
 
 def state_bytes(config) -> int:
@@ -147,26 +150,31 @@ class SequenceShardMode(CPMode):
 
     # -- the op ---------------------------------------------------------------------------------------------
 
-    def local_path(self, backend: Backend) -> str:
+    @classmethod
+    def local_path(cls, options: CPOptions, backend: Backend) -> str:
         """How this rank computes its pieces' summaries and outputs (the trade `checkpoint_summary` names):
 
         - "recompute" (checkpoint_summary on, the least memory): `segment_maps` (the backend op at value width
           V + K from [0 | I], its outputs dropped, recomputed in backward), the exchange, then `segments_rule`
           (the op at width V from H_in): what stays for backward is what one call at width V keeps;
-        - "split" (gdn_cp, checkpoint off, or overlap on): gdn_cp's chunk stages apart, prepared once
-          (`prepare_chunks`, the summaries, `chunk_outputs` or, with overlap, `split_chunk_outputs` while
-          the exchange is in flight), every prepared chunk kept for the fastest backward; with
-          checkpoint_summary the summaries' reduction alone is recomputed;
-        - "affine" (another backend, checkpoint off): `affine_rule`, one call at width V + K whose outputs
-          are affine in H_in, before the exchange: the op's own saved tensors at width V + K.
+        - "affine" (checkpoint off): `affine_rule`, one call at width V + K whose outputs are affine in H_in,
+          before the exchange, its graph kept: no call is repeated in backward;
+        - "split" (backend gdn_cp with overlap on): gdn_cp's chunk stages apart, prepared once
+          (`prepare_chunks`, the summaries, `split_chunk_outputs` while the exchange is in flight), every
+          prepared chunk kept; with checkpoint_summary the summaries' reduction alone is recomputed.
+
+        Measured at the reference PR's per-rank shape (2K tokens per rank, bf16, 2 gloo ranks, 2-core AMD
+        EPYC; README "Memory"): peak allocated per rank recompute ~730 MiB (ulysses ~710-740), affine ~947,
+        split ~1200; forward+backward time recompute and affine 0.73-0.80x split's, the two within 3% of each
+        other on a CPU (where a fused kernel's extra forward costs more, checkpoint off saves it).
         """
-        if backend.name == DEFAULT_BACKEND and (self.options.overlap or not self.options.checkpoint_summary):
+        if backend.name == DEFAULT_BACKEND and options.overlap:
             return "split"
-        return "recompute" if self.options.checkpoint_summary else "affine"
+        return "recompute" if options.checkpoint_summary else "affine"
 
     def check_backend(self, backend, device, dtype, chunk_size, head_k_dim, scale=None) -> None:
         super().check_backend(backend, device, dtype, chunk_size, head_k_dim, scale)
-        if self.options.overlap and self.local_path(backend) != "split":
+        if self.options.overlap and self.local_path(self.options, backend) != "split":
             raise ValueError(
                 "overlap=True applies to backend 'gdn_cp' only (its chunk scan runs while the exchange is "
                 f"in flight); backend {backend.name!r} computes the outputs in calls of its op on either "
@@ -192,7 +200,7 @@ class SequenceShardMode(CPMode):
         starts = None
         if initial_state is not None:
             starts = initial_state.unsqueeze(0) if documents is not None else initial_state.unsqueeze(1)
-        path = self.local_path(backend)
+        path = self.local_path(self.options, backend)
         if path != "split":
             o, finals = self._backend_rule(
                 plan, inputs, segments, starts, output_final_state, backend, path, kw
@@ -282,8 +290,8 @@ class SequenceShardMode(CPMode):
     def _split_rule(
         self, plan: ShardPlan, inputs: tuple[torch.Tensor, ...], segments: list[LocalSegment], kw: dict
     ) -> torch.Tensor:
-        """The split path without states in or out: chunks are cut at the pieces' edges only, and the
-        documents inside a piece share chunks (resets), with no padding."""
+        """The split path (overlap) without states in or out: chunks are cut at the pieces' edges only, and
+        the documents inside a piece share chunks (resets), with no padding."""
         at = [0, *itertools.accumulate(plan.local_lengths)]
         resets = [s.start for s in segments if not s.carried]
         chunks = prepare_chunks(*inputs, cu_seqlens=at, resets=resets, **kw)
@@ -293,11 +301,8 @@ class SequenceShardMode(CPMode):
         ]
         S, M = torch.stack([S for S, _ in summaries]), torch.stack([M for _, M in summaries])
         pending = self.begin_entering_states(S, M, plan)
-        if self.options.overlap:
-            split = split_chunk_outputs(chunks)  # while the exchange is in flight
-            o, _ = split.with_entering_states(pending.wait().transpose(0, 1))
-        else:
-            o, _ = chunk_outputs(chunks, pending.wait().transpose(0, 1))
+        split = split_chunk_outputs(chunks)  # while the exchange is in flight
+        o, _ = split.with_entering_states(pending.wait().transpose(0, 1))
         return o
 
     def _rule_with_states(
@@ -309,9 +314,9 @@ class SequenceShardMode(CPMode):
         output_final_state: bool,
         kw: dict,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The split path with states in or out: every segment (a document inside a piece) in chunks of its
-        own, entering with H_in (it continues a document) or its document's initial state, leaving with its
-        final state: (o, every segment's final state [B, n, Hv, K, V] or None)."""
+        """The split path (overlap) with states in or out: every segment (a document inside a piece) in
+        chunks of its own, entering with H_in (it continues a document) or its document's initial state,
+        leaving with its final state: (o, every segment's final state [B, n, Hv, K, V] or None)."""
         local_bounds = [s.start for s in segments] + [sum(plan.local_lengths)]
         chunks = prepare_chunks(*inputs, cu_seqlens=local_bounds, **kw)
         S, M = self._piece_summaries(chunks, segments, starts)
@@ -322,16 +327,9 @@ class SequenceShardMode(CPMode):
         carried = torch.tensor([s.carried for s in segments], device=device)
         documents = torch.tensor([s.document for s in segments], device=device)
         fresh = None if starts is None else starts.index_select(1, documents).to(S.dtype)
-        if self.options.overlap:
-            split = split_chunk_outputs(chunks, fresh, carried)  # while the exchange is in flight
-            entering = pending.wait().index_select(0, piece_of).transpose(0, 1)  # [B, n_segments, Hv, K, V]
-            return split.with_entering_states(entering, output_final_state)
-        # Every segment reads H_in through `where`, so that the exchange's backward runs on every rank.
-        entering = pending.wait().index_select(0, piece_of).transpose(0, 1)
-        fresh = torch.zeros_like(entering) if fresh is None else fresh
-        return chunk_outputs(
-            chunks, torch.where(carried.view(1, -1, 1, 1, 1), entering, fresh), output_final_state
-        )
+        split = split_chunk_outputs(chunks, fresh, carried)  # while the exchange is in flight
+        entering = pending.wait().index_select(0, piece_of).transpose(0, 1)  # [B, n_segments, Hv, K, V]
+        return split.with_entering_states(entering, output_final_state)
 
     def _piece_summaries(
         self, chunks, segments: list[LocalSegment], starts: torch.Tensor | None
