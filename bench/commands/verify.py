@@ -16,8 +16,10 @@ per step the loss and the global gradient norm of both (bench/verification/train
 Records go to a result file (RunResult.verifications) with the same environment record as `bench run`.
 Exit code: 0 when every check passed; 3 when a check failed (a metric above its bar, unequal initial
 weights) -- this takes precedence; 2 when no check failed but some case failed to run (a rank raised, died
-or timed out); 1 for a user error; 130 when interrupted. Under torchrun, cases whose cp is not the job's
-world size are skipped (recorded with the reason), as in `bench run`.
+or timed out); 1 for a user error; 130 when interrupted. Under torchrun the layer checks run every case with
+cp up to the job's size, each in a group of its own over global ranks 0 .. cp - 1, as `bench run` does;
+`--train` (FSDP2 over a device mesh of the job's whole group) runs the cases whose cp is the job's size and
+skips the others, recording why.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from torch.distributed import ProcessGroup
 
 from bench.commands import common_args
 from bench.commands.session import CaseChoice, Session
@@ -144,10 +147,16 @@ def _train_rank(
 
 
 def _layer_rank(
-    case: Case, device_kind: str, *, seeds: dict[str, list[int]], layer_hook: LayerHook | None
+    case: Case,
+    device_kind: str,
+    *,
+    seeds: dict[str, list[int]],
+    layer_hook: LayerHook | None,
+    group: ProcessGroup | None = None,
 ) -> object:
-    """Rank function of the layer comparison: the case's scenario's seeds (module level: ranks import it)."""
-    return compare_on_rank(case, device_kind, seeds=seeds[case.scenario], layer_hook=layer_hook)
+    """Rank function of the layer comparison: the case's scenario's seeds (module level: ranks import it);
+    `group`: the case's own group inside a torchrun job (any cp up to its size), None in a pool of cp."""
+    return compare_on_rank(case, device_kind, seeds=seeds[case.scenario], layer_hook=layer_hook, group=group)
 
 
 def _check_train(sel: Selection, train: int | str) -> tuple[TrainSettings, int]:

@@ -24,12 +24,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.measure.rank import build_pass
 from bench.profiling.traces import STEP_LABEL, DeviceExposure, RankTimeline, device_exposure, read_timeline
 from bench.suite.config import Case
 from gdn_cp.distributed import Platform, count_communication, resolve_platform
+from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.distributed.comm_model import case_communication
 
 MEMORY_METER = "mem_tracker (torch.distributed._tools.mem_tracker.MemTracker, peak snapshot)"
@@ -96,7 +98,9 @@ def _memory_breakdown(
     return totals, None
 
 
-def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str) -> list[RankProfile]:
+def profile_on_rank(
+    case: Case, device_kind: str, *, steps: int, trace_dir: str, group: ProcessGroup | None = None
+) -> list[RankProfile]:
     """Profile `case` on this rank (see the module docstring); every rank returns every rank's profile.
 
     Args:
@@ -104,15 +108,17 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
         device_kind: the launch's device (cpu, cuda, npu)
         steps: profiled passes
         trace_dir: folder of the Chrome traces (rank<r>.json), shared by the ranks of one host
+        group: the case's process group (None: the default group, a launch of cp ranks; a torchrun job
+            gives each case a group of its own over global ranks 0 .. cp - 1)
     """
     # Kineto prints "profiler_start/stop" notices to stderr below level 6 (read at first use).
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     platform = resolve_platform(device_kind)
-    rank, cp = dist.get_rank(), dist.get_world_size()
-    step, clear_grads, live = build_pass(case, platform)
+    rank, cp = group_rank_size(group)
+    step, clear_grads, live = build_pass(case, platform, group)
 
     def one_pass() -> None:
-        dist.barrier()
+        dist.barrier(group)
         out = step()
         platform.synchronize()
         del out  # a forward's graph is freed after the pass
@@ -122,13 +128,13 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
     with count_communication() as stats:
         one_pass()
     model = case_communication(case.mode, case.comm_case(rank))
-    dist.barrier()
+    dist.barrier(group)
     memory, memory_error = _memory_breakdown(step, live)
     clear_grads()
 
     with _profiler(platform) as prof:
         for _ in range(steps):
-            dist.barrier()  # every step starts together: step-relative times line up across ranks
+            dist.barrier(group)  # every step starts together: step-relative times line up across ranks
             with record_function(STEP_LABEL):
                 out = step()
                 platform.synchronize()
@@ -149,5 +155,5 @@ def profile_on_rank(case: Case, device_kind: str, *, steps: int, trace_dir: str)
         device=device_exposure(trace, steps),
     )
     everyone: list[Any] = [None] * cp
-    dist.all_gather_object(everyone, mine)
+    dist.all_gather_object(everyone, mine, group=group)
     return everyone

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from torch.distributed import ProcessGroup
+
 from bench.suite.config import Case
 from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp
 from gdn_cp.distributed import local_rank, resolve_platform
@@ -23,7 +25,12 @@ the command line never sets it."""
 
 
 def compare_on_rank(
-    case: Case, device_kind: str, *, seeds: Sequence[int], layer_hook: LayerHook | None = None
+    case: Case,
+    device_kind: str,
+    *,
+    seeds: Sequence[int],
+    layer_hook: LayerHook | None = None,
+    group: ProcessGroup | None = None,
 ) -> list[LayerComparison]:
     """The case's CP layer against the reference, once per seed (forward and backward), on this rank.
 
@@ -33,6 +40,7 @@ def compare_on_rank(
         device_kind: the launch's device (cpu, cuda, npu)
         seeds: seeds of weights, input and output gradient
         layer_hook: a test hook (see LayerHook)
+        group: the case's process group (None: the default group, a launch of cp ranks)
     Returns:
         One comparison per seed, identical on every rank.
     """
@@ -52,6 +60,7 @@ def compare_on_rank(
             documents=case.cu_seqlens(),
             overlap=case.overlap,
             precision=case.precision,
+            group=group,
         )
         for seed in seeds
     ]

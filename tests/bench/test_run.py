@@ -169,6 +169,40 @@ def test_under_torchrun_each_process_is_a_rank(suite_dir: Path):
     assert proc.stdout.count(f"writing {out} on ") == 1
 
 
+def _torchrun_bench(suite_dir: Path, *argv: str) -> subprocess.CompletedProcess:
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    command = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "bench", *argv]
+    return subprocess.run(command, cwd=suite_dir, env=env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="no torchrun",
+)
+def test_under_torchrun_verify_and_profile_run_every_cp_up_to_the_job(suite_dir: Path):
+    """Issue 35: like `bench run`, one job of 2 ranks checks cp 1 (rank 0, rank 1 waiting) and cp 2, each
+    case in a group of its own, instead of skipping the cases whose cp is not the job's size."""
+    out = suite_dir / "verify.json"
+    proc = _torchrun_bench(suite_dir, "verify", "tiny", "--set", "mode=[p2p]", "--output", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = {v.case.cp: v for v in load_result(out).verifications}
+    assert sorted(records) == [1, 2] and all(v.passed for v in records.values()), records
+    proc = _torchrun_bench(
+        suite_dir,
+        "profile",
+        "tiny",
+        "--case",
+        "mode=p2p,cp=1",
+        "--steps",
+        "1",
+        "--output",
+        str(suite_dir / "p"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (suite_dir / "p").exists() and list((suite_dir / "p").rglob("rank0.json"))
+
+
 # user errors: one line, exit code 1, before any rank starts
 
 
