@@ -5,16 +5,25 @@ A job of W ranks runs a case of cp <= W in a process group of its own over globa
 ranks cp .. W - 1 wait; so one allocation sweeps cp 1 .. W. A case's outcome travels through the job's
 store, never through a collective of the job, so a case that fails, even outside a collective, fails alone:
 
-- a member whose rank function raises records its error under the case's key and takes no further part;
+- a member whose rank function raises first aborts its own side of the case's group (NCCL: its
+  communicators, so that none of its kernels stays queued against peers), then records its error under the
+  case's key and takes no further part;
 - every member watches that key from a thread (FailureWatch) and, once a peer failed, aborts the case's
-  group (NCCL: its communicators, which ends a collective still waiting for the failed peer, before the
-  watchdog would kill the job; gloo cannot end a blocked operation, which then fails at the case's
-  timeout, the case's own limit). torch's abort (`_abort_process_group`) is experimental and documented
-  with TORCH_NCCL_ASYNC_ERROR_HANDLING=0; under the default the watchdog may still end a process that saw
-  the aborted work. That path has not run on GPUs yet; the gloo path is tested across two torchrun agents;
+  group (NCCL: its communicators, which ends a collective still waiting for the failed peer; gloo cannot end
+  a blocked operation, which then fails at the case's timeout, the case's own limit). torch's abort
+  (`_abort_process_group`) is experimental and documented with TORCH_NCCL_ASYNC_ERROR_HANDLING=0, which the
+  torchrun launcher sets for NCCL unless the user set it (the watchdog would otherwise handle the same error
+  itself, tearing the process down);
 - then every rank of the job meets at a store barrier, reads the case's errors (the root cause: the first
   that is not a peer's echo) and destroys the case's group. The job's default group is never used by a
   case and stays sound for the next one.
+- Creating a case's group (an ncclCommSplit on NCCL, a store rendezvous on gloo) and destroying it are
+  bounded by the case's timeout: a rank wedged in either (a peer gone, a communicator that never returns:
+  pytorch/pytorch#132696, NVIDIA/nccl#1013) raises JobStuck, which stops the sweep, keeping its results,
+  instead of hanging the job. The thread left behind cannot be stopped; the process exits with the sweep.
+
+On NCCL this has been read against torch's documentation and tested on gloo by fault injection at each
+point (tests/bench/test_job_faults.py); it has not yet run on GPUs.
 
 Before the first case the ranks exchange their node's environment (`agree_on_nodes`): a node with other
 code, another torch or other devices would make the results incomparable, and every rank refuses it
@@ -32,14 +41,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from bench.errors import UserError
 from bench.results.env import NodeEnvironment
 from gdn_cp.distributed.launch import is_peer_error
+
+T = TypeVar("T")
 
 TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "timeout")
 """Words of a rank's error that was only waiting for a peer (gloo's and NCCL's collective timeouts)."""
@@ -158,7 +170,14 @@ class CaseRunner:
         key = f"case/{self.index}"
         self.index += 1
         timeout = datetime.timedelta(seconds=self.timeout_s)
-        group = dist.new_group(list(range(cp)), timeout=timeout) if own_group else None
+        group = None
+        if own_group:
+            group = bounded(
+                lambda: dist.new_group(list(range(cp)), timeout=timeout),
+                self.timeout_s,
+                "creating the case's process group",
+                on_device=self.backend != "gloo",
+            )
         if rank < cp:
             # the job's default group is never aborted: only a case's own group is watched
             watch = (
@@ -172,6 +191,8 @@ class CaseRunner:
                     if rank == 0:  # every rank keeps the same record of the case (the sweep's bookkeeping)
                         self.store.set(f"{key}/results", pickle.dumps(results))
                 except Exception as exc:
+                    if group is not None and not (watch is not None and watch.aborted):
+                        abort_group(group, self.backend)  # its own side first: nothing left queued
                     message = f"{type(exc).__name__}: {exc}"
                     if watch is not None and watch.aborted:
                         message = f"{message} (the case's group was aborted after a peer failed)"
@@ -185,9 +206,12 @@ class CaseRunner:
             if self.store.check([f"{key}/error/{r}"])
         }
         if group is not None:
-            # an aborted group may already be gone from torch's registry: nothing left to destroy then
-            with contextlib.suppress(ValueError, RuntimeError):
-                dist.destroy_process_group(group)
+            bounded(
+                lambda: _destroy(group),
+                self.timeout_s,
+                "destroying the case's process group",
+                on_device=self.backend != "gloo",
+            )
         if errors:
             return CaseEnd(error=root_cause(errors))
         return CaseEnd(results=pickle.loads(self.store.get(f"{key}/results")))
@@ -204,12 +228,53 @@ class CaseRunner:
 
 
 class JobStuck(RuntimeError):
-    """Ranks that did not finish a case within its limit: stuck outside any collective, they keep the job
-    from creating the next case's group, so the sweep stops (its results are kept)."""
+    """Ranks that did not finish a step of a case within its limit (the case itself, stuck outside any
+    collective; or creating or destroying its group): they keep the job from the next case's group, so the
+    sweep stops (its results are kept)."""
 
-    def __init__(self, ranks: Sequence[int], waited_s: float) -> None:
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        waited_s: float,
+        step: str = "the case",
+        why: str = "stuck outside a collective",
+    ) -> None:
         super().__init__(
-            f"rank(s) {list(ranks)} did not finish the case within {waited_s:.0f} s (stuck outside a "
-            "collective): the job cannot go on; the finished cases are kept"
+            f"rank(s) {list(ranks)} did not finish {step} within {waited_s:.0f} s ({why}): the job cannot go "
+            "on; the finished cases are kept"
         )
         self.ranks = list(ranks)
+
+
+def _destroy(group: ProcessGroup) -> None:
+    # an aborted group may already be gone from torch's registry: nothing left to destroy then
+    with contextlib.suppress(ValueError, RuntimeError):
+        dist.destroy_process_group(group)
+
+
+def bounded(fn: Callable[[], T], timeout_s: float, step: str, *, on_device: bool = False) -> T:
+    """fn() on a thread of its own, waited for at most `timeout_s` seconds: its result, or JobStuck naming
+    this rank and `step` when it overran or raised (a group that cannot be created or destroyed leaves the
+    job unable to go on). `on_device`: the thread takes the caller's current accelerator first (CUDA's and
+    the NPU's current device is per thread, and a communicator is created on it)."""
+    done: dict[str, Any] = {}
+    device = torch.accelerator.current_device_index() if on_device else None
+
+    def target() -> None:
+        if device is not None:
+            torch.accelerator.set_device_index(device)
+        try:
+            done["value"] = fn()
+        except BaseException as exc:  # reported on the caller's thread
+            done["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"bench-{step}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    rank = dist.get_rank()
+    if thread.is_alive():
+        raise JobStuck([rank], timeout_s, step, "a peer is missing, or a communicator does not return")
+    if "error" in done:
+        error = done["error"]
+        raise JobStuck([rank], timeout_s, step, f"{type(error).__name__}: {error}") from error
+    return done["value"]

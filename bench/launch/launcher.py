@@ -55,6 +55,8 @@ tests pass a module-level function that fails on purpose. Rank 0's return value 
 
 T = TypeVar("T")
 
+NCCL_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+"""Read by ProcessGroupNCCL when the job's group is created: 0 leaves NCCL's errors to the job."""
 MAX_RANKS_PER_CORE = 4
 """A local cpu launch refuses more ranks than this many per core: they would only measure contention."""
 
@@ -254,6 +256,10 @@ class TorchrunLauncher:
         node's environment, and open the job's store for the cases' outcomes."""
         torch.set_num_threads(threads_per_rank(self.threads_per_rank, self.job.local_world_size))
         timeout = datetime.timedelta(seconds=self.timeout_s)
+        if self.platform.backend == "nccl":
+            # what torch documents for _abort_process_group (bench.launch.job): the job aborts a case's
+            # communicators itself, and the watchdog must not tear the process down for the same error
+            os.environ.setdefault(NCCL_ERROR_HANDLING, "0")
         init_rank_group(self.platform, timeout)
         try:
             local = node_environment(

@@ -1,0 +1,65 @@
+"""Rank functions of tests/bench/test_job_faults.py: a torchrun job's CaseRunner (bench.launch.job) on
+real gloo ranks, with a fault injected at one point of a case."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+from bench.launch import job
+
+TIMEOUT_S = 3.0
+
+
+class RecordingStore:
+    """The job's store, recording the keys set (in order) into `events`."""
+
+    def __init__(self, store: dist.Store, events: list[str]) -> None:
+        self.store, self.events = store, events
+
+    def set(self, key: str, value) -> None:
+        self.events.append(f"set {key}")
+        self.store.set(key, value)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def run_with_fault(fault: str) -> dict:
+    """One case of cp 2 on a CaseRunner with `fault` injected on rank 1 ("raise": its rank function raises;
+    "create": creating the case's group never returns; "destroy": destroying it never returns); what this
+    rank saw: its events, the case's end or the JobStuck message."""
+    rank = dist.get_rank()
+    events: list[str] = []
+    timeout = datetime.timedelta(seconds=TIMEOUT_S)
+    runner = job.CaseRunner(
+        backend="gloo",
+        timeout_s=TIMEOUT_S,
+        store=RecordingStore(job.job_store(timeout), events),
+        watch_store=job.job_store(timeout),
+    )
+    # faults are patched on bench.launch.job's names only, so that the ranks' own teardown is untouched
+    job.abort_group = lambda group, backend: events.append("abort")
+    new_group = job.dist.new_group
+    if rank == 1 and fault == "create":
+        job.dist.new_group = lambda *a, **k: time.sleep(60)
+    if rank == 1 and fault == "destroy":
+        job._destroy = lambda group: time.sleep(60)
+
+    def case(group) -> float:
+        if fault == "raise" and rank == 1:
+            raise RuntimeError("injected failure")
+        t = torch.ones(4)
+        dist.all_reduce(t, group=group)
+        return float(t[0])
+
+    try:
+        end = runner.run(2, case, own_group=True)
+    except job.JobStuck as exc:
+        return {"events": events, "stuck": str(exc)}
+    finally:
+        job.dist.new_group = new_group
+    return {"events": events, "error": end.error, "results": end.results}
