@@ -16,10 +16,9 @@ per step the loss and the global gradient norm of both (bench/verification/train
 Records go to a result file (RunResult.verifications) with the same environment record as `bench run`.
 Exit code: 0 when every check passed; 3 when a check failed (a metric above its bar, unequal initial
 weights) -- this takes precedence; 2 when no check failed but some case failed to run (a rank raised, died
-or timed out); 1 for a user error; 130 when interrupted. Under torchrun the layer checks run every case with
-cp up to the job's size, each in a group of its own over global ranks 0 .. cp - 1, as `bench run` does;
-`--train` (FSDP2 over a device mesh of the job's whole group) runs the cases whose cp is the job's size and
-skips the others, recording why.
+or timed out); 1 for a user error; 130 when interrupted. Under torchrun every case with cp up to the job's
+size runs, each in a group of its own over global ranks 0 .. cp - 1 (`--train`: FSDP2 over a device mesh of
+that group), as `bench run` does.
 """
 
 from __future__ import annotations
@@ -139,11 +138,18 @@ def verification_cases(cases: Sequence[Case]) -> list[Case]:
 
 
 def _train_rank(
-    case: Case, device_kind: str, *, settings: dict[str, TrainSettings], steps: dict[str, int]
+    case: Case,
+    device_kind: str,
+    *,
+    settings: dict[str, TrainSettings],
+    steps: dict[str, int],
+    group: ProcessGroup | None = None,
 ) -> object:
     """Rank function of `--train`: the settings and steps of the case's scenario (module level: ranks import
-    it)."""
-    return train_on_rank(case, device_kind, settings=settings[case.scenario], steps=steps[case.scenario])
+    it); `group` as the layer comparison's."""
+    return train_on_rank(
+        case, device_kind, settings=settings[case.scenario], steps=steps[case.scenario], group=group
+    )
 
 
 def _layer_rank(

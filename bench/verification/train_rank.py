@@ -32,10 +32,13 @@ import math
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed import ProcessGroup
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from bench.results.verifications import Trajectory
 from bench.suite.config import Case, TrainSettings
 from gdn_cp.distributed import all_reduce_gradients, local_rank, resolve_platform, shard_sequence
+from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
 
 
@@ -138,7 +141,7 @@ def _norm_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "npu" else torch.float64
 
 
-def grad_norm(model: nn.Module, *, sharded: bool) -> float:
+def grad_norm(model: nn.Module, *, sharded: bool, group: ProcessGroup | None = None) -> float:
     """The global L2 norm of the gradients; `sharded`: each rank holds a shard, summed over the group."""
     device = next(model.parameters()).device
     total = torch.zeros((), dtype=_norm_dtype(device), device=device)
@@ -146,7 +149,7 @@ def grad_norm(model: nn.Module, *, sharded: bool) -> float:
         if p.grad is not None:
             total += _local(p.grad).to(total.dtype).pow(2).sum()
     if sharded:
-        dist.all_reduce(total)
+        dist.all_reduce(total, group=group)
     return math.sqrt(total.item())
 
 
@@ -167,7 +170,14 @@ def _mismatched(model: nn.Module, reference: nn.Module | None) -> tuple[int, lis
     return checked, bad
 
 
-def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, steps: int) -> Trajectory:
+def train_on_rank(
+    case: Case,
+    device_kind: str,
+    *,
+    settings: TrainSettings,
+    steps: int,
+    group: ProcessGroup | None = None,
+) -> Trajectory:
     """Train the reference (rank 0) and the CP model (all ranks) for `steps` steps; see the module docstring.
 
     Args:
@@ -175,12 +185,14 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
         device_kind: the launch's device (cpu, cuda, npu)
         settings: the model and optimizer (bench.suite.config.TrainSettings)
         steps: optimizer steps
+        group: the case's process group (None: the default group, a launch of cp ranks; a torchrun job
+            gives each case a group of its own over global ranks 0 .. cp - 1, global rank 0 its rank 0)
     Returns:
         The per-step losses and gradient norms of both models, identical on every rank.
     """
     platform = resolve_platform(device_kind)
     device = platform.device(local_rank())
-    rank, cp = dist.get_rank(), dist.get_world_size()
+    rank, cp = group_rank_size(group)
     config = hybrid_config(case, settings)
     torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
     model = Qwen35Hybrid(config).to(device)
@@ -190,9 +202,11 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
 
     reduction = resolve_grad_reduction(settings.grad_reduction)
     if reduction == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh(platform.device_type, (cp,), mesh_dim_names=("cp",))
+        mesh = (
+            init_device_mesh(platform.device_type, (cp,), mesh_dim_names=("cp",))
+            if group is None
+            else DeviceMesh.from_group(group, platform.device_type, mesh_dim_names=("cp",))
+        )
         apply_context_parallel(
             model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
         )
@@ -204,6 +218,7 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
         cp_cast = MixedPrecision(model, compute_dtype) if mixed else None
         apply_context_parallel(
             cp_cast.compute if cp_cast else model,
+            group,
             linear_attention_mode=case.mode,
             checkpoint_summary=bool(case.checkpoint),
         )
@@ -221,17 +236,18 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
         tokens = torch.randint(0, config.vocab_size, (case.batch, case.seq_len + 1), generator=generator)
         inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)  # labels: the next token
 
-        result = (cp_cast.compute if cp_cast else model)(shard_sequence(inputs), shard_sequence(labels))
+        shards = shard_sequence(inputs, group), shard_sequence(labels, group)
+        result = (cp_cast.compute if cp_cast else model)(*shards)
         assert result.loss is not None
         result.loss.backward()
         if cp_cast is not None:
             cp_cast.grads_to_master()
         if reduction == "all_reduce":
-            all_reduce_gradients(model.parameters())
+            all_reduce_gradients(model.parameters(), group)
         loss = result.loss.detach().float().clone()
-        dist.all_reduce(loss)  # the ranks' shares sum to the global mean
+        dist.all_reduce(loss, group=group)  # the ranks' shares sum to the global mean
         out.cp_loss.append(loss.item())
-        out.cp_grad_norm.append(grad_norm(model, sharded=reduction == "fsdp2"))
+        out.cp_grad_norm.append(grad_norm(model, sharded=reduction == "fsdp2", group=group))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if cp_cast is not None:
@@ -251,5 +267,5 @@ def train_on_rank(case: Case, device_kind: str, *, settings: TrainSettings, step
                 ref_cast.to_compute()
 
     shared = [out]
-    dist.broadcast_object_list(shared, src=0)  # rank 0 holds the reference's numbers
+    dist.broadcast_object_list(shared, src=0, group=group)  # rank 0 holds the reference's numbers
     return shared[0]

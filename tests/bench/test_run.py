@@ -188,6 +188,16 @@ def test_under_torchrun_verify_and_profile_run_every_cp_up_to_the_job(suite_dir:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = {v.case.cp: v for v in load_result(out).verifications}
     assert sorted(records) == [1, 2] and all(v.passed for v in records.values()), records
+    train = "train: {vocab_size: 64, intermediate_size: 64, num_attention_heads: 2, num_key_value_heads: 1}"
+    scenario = suite_dir / "scenarios" / "tiny.yaml"
+    scenario.write_text(scenario.read_text() + train + "\n")
+    out = suite_dir / "train.json"
+    proc = _torchrun_bench(
+        suite_dir, "verify", "tiny", "--set", "mode=[p2p]", "--train", "3", "--output", str(out)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trained = {v.case.cp: v for v in load_result(out).verifications}
+    assert sorted(trained) == [1, 2] and all(v.passed for v in trained.values()), trained
     proc = _torchrun_bench(
         suite_dir,
         "profile",
