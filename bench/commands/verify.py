@@ -73,6 +73,17 @@ TRAIN_FROM_SCENARIO = "scenario"
 """`--train` without a number: the steps of the scenario's `train:` section (train.steps)."""
 
 
+def train_steps(text: str) -> int | str:
+    """--train's argparse type: a number of steps, or TRAIN_FROM_SCENARIO (argparse passes a string const
+    through the type too)."""
+    if text == TRAIN_FROM_SCENARIO:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of steps") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common_args.add_scenarios(parser, "scenario names or .yaml paths (e.g. cpu-verify)")
     common_args.add_device(parser)
@@ -85,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--train",
-        type=int,
+        type=train_steps,
         nargs="?",
         const=TRAIN_FROM_SCENARIO,
         default=None,

@@ -23,7 +23,7 @@ from typing import Literal
 
 from bench.errors import first_line
 from bench.results.comparison import JUDGED_VERDICTS, Comparison
-from bench.results.tables import TableData, format_ms
+from bench.results.tables import TableData, format_time
 from bench.results.verifications import Verification
 
 FAILING_VERDICTS = frozenset({"worse"})
@@ -154,8 +154,8 @@ def timing_table(result: GateResult) -> TableData:
     rows = [
         [
             case.key.removeprefix(prefix),
-            format_ms(case.base.timing),
-            format_ms(case.head.timing),
+            format_time(case.base),
+            format_time(case.head),
             f"{case.ratio:.3f}",
             case.verdict,
         ]

@@ -17,7 +17,9 @@ from bench.cli import main
 from bench.commands import gate as gate_command
 from bench.results.comparison import compare_runs
 from bench.results.gate import GateResult, accuracy_table, check_state, gate, timing_table
+from bench.results.statistics import Estimate
 from bench.results.store import RunResult, load_result, save_result
+from bench.results.tables import format_time
 from tests.bench.multiround import in_rounds
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -224,3 +226,23 @@ def test_a_budget_reaches_compare_and_its_alpha_judges(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     gate_command.run("HEAD", "HEAD", ["tiny"], verify=[v], save_dir=str(tmp_path), console=QUIET, budget_s=60)
     assert seen == {"budget_s": 60, "alpha": 0.01}
+
+
+def test_the_timing_table_prints_the_time_every_view_prints():
+    """Issue 37: the table (and the report's Base vs head, which is this table) printed the pooled
+    median over repeats beside a ratio of round estimates; its cells are format_time's, the estimate."""
+    base = timing_run()
+
+    # a pair where the pooled median over repeats and the round estimate (three rounds) differ
+    def moved(c):
+        m = 1.5 * c.estimate.median_s
+        return dataclasses.replace(c, estimate=Estimate(median_s=m, low_s=0.9 * m, high_s=1.1 * m, rounds=3))
+
+    base.cases = [moved(c) if c.estimate is not None else c for c in base.cases]
+    result = outcome(base, timing_run(), verify_run())
+    table = timing_table(result)
+    assert table.rows
+    for row, case in zip(table.rows, result.comparison.cases, strict=False):
+        assert row[1] == format_time(case.base) and row[2] == format_time(case.head)
+        assert f"{case.base.estimate.median_s * 1e3:.3f} ms" in row[1]
+        assert f"{case.base.timing.median_s * 1e3:.3f} ms" not in row[1]

@@ -11,7 +11,7 @@ import torch
 import verify_ranks
 from tiny import tiny_scenario
 
-from bench.cli import main
+from bench.cli import build_parser, main
 from bench.commands import verify as verify_command
 from bench.errors import FieldError, UserError
 from bench.render.document import Section, document_blocks, render_markdown
@@ -343,3 +343,12 @@ def test_bf16_training_with_fp32_master_weights(suite_dir: Path, verify_scenario
     assert fsdp.cp_loss == pytest.approx(by_hand.cp_loss, rel=FP32_TRAIN)
     assert fsdp.cp_grad_norm == pytest.approx(by_hand.cp_grad_norm, rel=FP32_TRAIN)
     assert fsdp.loss_rel[0] <= FP32_TRAIN  # step 0: identical weights, only the gradients' summation differs
+
+
+@pytest.mark.parametrize(("argv", "train"), [([], None), (["--train"], "scenario"), (["--train", "20"], 20)])
+def test_train_parses_with_or_without_a_number_of_steps(argv, train):
+    """Issue 37: `--train` alone (the README's `bench verify npu-verify-cp8-train --train`) took the string
+    const through type=int and exited at once."""
+    assert build_parser().parse_args(["verify", "v", *argv]).train == train
+    with pytest.raises(UserError, match="'x' is not a number of steps"):
+        build_parser().parse_args(["verify", "v", "--train", "x"])
