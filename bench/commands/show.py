@@ -26,6 +26,7 @@ from bench.results.tables import (
     TableData,
     contention_summary,
     documents_table,
+    incomplete_summary,
     mostly_contended,
     not_measured,
     print_tables,
@@ -102,6 +103,9 @@ def render(run: RunResult, console: Console) -> None:
     shared = contention_summary(run)
     if shared is not None:
         console.print(f"[bold yellow]contended[/]: {escape(shared)}")
+    short = incomplete_summary(run)
+    if short is not None:
+        console.print(f"[bold yellow]incomplete[/]: {escape(short)}")
     for note in notes(run):
         console.print(note, style="dim")
     extra = [throughput_table(run), documents_table(run)]
@@ -139,6 +143,8 @@ def markdown(run: RunResult) -> str:
     shared = contention_summary(run)
     blocks = [Paragraph(text=line) for line in header_lines(run)[1:]]
     blocks += [Paragraph(text=f"CONTENDED: {shared}")] if shared else []
+    short = incomplete_summary(run)
+    blocks += [Paragraph(text=f"INCOMPLETE: {short}")] if short else []
     blocks += document_blocks(tables)
     title = header_lines(run)[0] + (" (mostly contended)" if mostly_contended(run.cases) else "")
     return render_markdown(title, [Section(title="results", blocks=blocks)], charts=None)

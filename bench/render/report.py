@@ -34,6 +34,7 @@ from bench.results.tables import (
     format_mib,
     format_time,
     format_tokens,
+    incomplete_summary,
     mostly_contended,
     not_measured,
     reference_table_data,
@@ -136,6 +137,9 @@ def overview(runs: Sequence[ReportRun]) -> Section:
         shared = contention_summary(r.run)
         if shared is not None:
             blocks.insert(0, Paragraph(text=f"CONTENDED, #{r.number} {r.label}: {shared}."))
+        short = incomplete_summary(r.run)
+        if short is not None:
+            blocks.insert(0, Paragraph(text=f"INCOMPLETE, #{r.number} {r.label}: {short}."))
     if _timing(runs):
         blocks.append(
             Paragraph(

@@ -172,6 +172,22 @@ def contention_summary(run: RunResult) -> str | None:
     )
 
 
+def incomplete_summary(run: RunResult) -> str | None:
+    """One line when some measured case has fewer rounds than it was to run (a run stopped early, or by
+    --stop-after-round), for every output that presents the run, or None: `2 of 8 cases incomplete: 4 of 16
+    rounds measured; their intervals are wider than planned (bench run --resume FILE continues the run)`."""
+    ok = [c for c in run.cases if c.status == "ok"]
+    short = [c for c in ok if len(c.rounds) < c.case.rounds]
+    if not short:
+        return None
+    done = sum(len(c.rounds) for c in ok)
+    planned = sum(max(c.case.rounds, len(c.rounds)) for c in ok)
+    return (
+        f"{len(short)} of {len(ok)} cases incomplete: {done} of {planned} rounds measured; their intervals "
+        "are wider than planned (bench run --resume FILE continues the run)"
+    )
+
+
 def contended_cases(cases: Iterable[CaseResult]) -> tuple[int, int]:
     """(how many of the ok `cases` are contended, how many are ok)."""
     ok = [c for c in cases if c.status == "ok"]

@@ -244,8 +244,13 @@ def test_resume_counts_the_rounds_already_done(suite_dir: Path, capsys):
     out = suite_dir / "out.json"
     assert run_command.run(["tiny"], filters=["cp=1"], output=str(out), stop_after_round=1) == 0
     capsys.readouterr()
+    # every view of the stopped run says so (issue 37: show said nothing of the rounds still to run)
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "incomplete: 2 of 2 cases incomplete: 2 of 4 rounds measured" in " ".join(shown.split())
     assert run_command.run(["tiny"], filters=["cp=1"], resume=str(out)) == 0
     assert "resuming out.json: 0 of 2 cases done, 2 of 4 case-rounds" in capsys.readouterr().out
+    assert main(["show", str(out)]) == 0 and "incomplete" not in capsys.readouterr().out
 
 
 def test_a_full_disk_stops_the_run_and_keeps_what_was_saved(suite_dir: Path, capsys, monkeypatch):
