@@ -8,7 +8,7 @@ dependencies (a test keeps the two equal).
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 
 REQUIRED: dict[str, str] = {
     "numpy": "numpy",
@@ -27,14 +27,9 @@ OFFLINE_INSTALL = "python -m pip install --no-index --find-links wheelhouse -r w
 
 
 def missing() -> list[str]:
-    """The distributions of REQUIRED whose module does not import here, in REQUIRED's order."""
-    absent = []
-    for module, distribution in REQUIRED.items():
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            absent.append(distribution)
-    return absent
+    """The distributions of REQUIRED whose module is not installed here, in REQUIRED's order. Found, not
+    imported: the command imports what it uses (matplotlib only to draw), so the check costs no start-up."""
+    return [dist for module, dist in REQUIRED.items() if importlib.util.find_spec(module) is None]
 
 
 def install_hint(absent: list[str]) -> str:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from bench.doctor.checks import Check, Status
-from bench.doctor.kernels import kernel_checks, layer_backends
+from bench.doctor.kernels import ROUNDING_FACTOR, kernel_checks, layer_backends
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, compare_prefill_under_cp, error_stats
@@ -45,9 +45,6 @@ LAYER_BARS = Thresholds(
 )
 """fp32 bars: ten times cpu-verify's (rel-L2 1e-4 there, from 8-seed maxima of 5e-7), room for a device's
 other summation order and TF32 convolutions, still far below what a wrong exchange gives (order 1)."""
-ROUNDING_FACTOR = 16.0
-"""The op check's bar is ROUNDING_FACTOR * eps(fp32) * sqrt(T * K): fp32 rounding over the terms of one
-output (the tests' tolerance rule, tests/ops/helpers.py)."""
 
 
 def collective_checks(device: torch.device, platform) -> list[Check]:

@@ -191,7 +191,7 @@ class CaseRunner:
                     if rank == 0:  # every rank keeps the same record of the case (the sweep's bookkeeping)
                         self.store.set(f"{key}/results", pickle.dumps(results))
                 except Exception as exc:
-                    if group is not None and not (watch is not None and watch.aborted):
+                    if watch is not None and not watch.aborted:  # a case group of its own
                         abort_group(group, self.backend)  # its own side first: nothing left queued
                     message = f"{type(exc).__name__}: {exc}"
                     if watch is not None and watch.aborted:

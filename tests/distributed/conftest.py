@@ -7,18 +7,10 @@ from typing import Any
 
 import cp_ranks
 import pytest
-
-from gdn_cp.distributed import run_on_ranks
+from launches import per_world
 
 
 @pytest.fixture(scope="session")
 def world_results() -> Callable[[int], list[dict[str, Any]]]:
     """world size -> each rank's `cp_ranks.run_world` results (launched on first use, then cached)."""
-    cache: dict[int, list[dict[str, Any]]] = {}
-
-    def get(world: int) -> list[dict[str, Any]]:
-        if world not in cache:
-            cache[world] = run_on_ranks(cp_ranks.run_world, world, (world,), timeout_s=120)
-        return cache[world]
-
-    return get
+    return per_world(cp_ranks.run_world, timeout_s=120)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import backend_ranks
 import pytest
+from launches import per_world
 
-from gdn_cp.distributed import MODES, mode_class, run_on_ranks
+from gdn_cp.distributed import MODES, mode_class
 from gdn_cp.distributed.modes import CPOptions
 from gdn_cp.distributed.modes.sequence_shard import SequenceShardMode
 from gdn_cp.ops import get_backend
@@ -24,14 +25,7 @@ FP64 = 1e-10
 
 @pytest.fixture(scope="module")
 def results():
-    cache: dict[int, list[dict]] = {}
-
-    def get(world: int) -> list[dict]:
-        if world not in cache:
-            cache[world] = run_on_ranks(backend_ranks.run_world, world, (world,), timeout_s=600)
-        return cache[world]
-
-    return get
+    return per_world(backend_ranks.run_world, timeout_s=600)
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import packed_ranks
 import pytest
+from launches import per_world
 
-from gdn_cp.distributed import MODES, SUMMARY_MODES, run_on_ranks
+from gdn_cp.distributed import MODES, SUMMARY_MODES
 
 pytestmark = pytest.mark.multirank
 
@@ -23,14 +24,7 @@ FP64, FP32 = 1e-9, 1e-5
 
 @pytest.fixture(scope="module")
 def results():
-    cache: dict[int, list[dict]] = {}
-
-    def get(world: int) -> list[dict]:
-        if world not in cache:
-            cache[world] = run_on_ranks(packed_ranks.run_world, world, (world,), timeout_s=300)
-        return cache[world]
-
-    return get
+    return per_world(packed_ranks.run_world, timeout_s=300)
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import prefill_ranks
 import pytest
+from launches import per_world
 
-from gdn_cp.distributed import MODES, run_on_ranks
+from gdn_cp.distributed import MODES
 
 pytestmark = pytest.mark.multirank
 
@@ -22,14 +23,7 @@ ERRORS = ("output", "conv_state", "recurrent_state", "decoded", "state_after_dec
 
 @pytest.fixture(scope="module")
 def results():
-    cache: dict[int, list[dict]] = {}
-
-    def get(world: int) -> list[dict]:
-        if world not in cache:
-            cache[world] = run_on_ranks(prefill_ranks.run_world, world, (world,), timeout_s=300)
-        return cache[world]
-
-    return get
+    return per_world(prefill_ranks.run_world, timeout_s=300)
 
 
 @pytest.mark.parametrize("world", WORLDS)
