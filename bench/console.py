@@ -52,7 +52,9 @@ class CaseProgress:
             progress.done(line)
     """
 
-    def __init__(self, console: Console, total: int) -> None:
+    def __init__(self, console: Console, total: int, work: float | None = None) -> None:
+        """`total` cases to run; `work`: their expected cost in any unit (the sum of what `done` is given),
+        so that the time left follows each kind's own pace (None: every case alike)."""
         self.console, self.total, self.finished = console, total, 0
         self._bar = Progress(
             TextColumn("{task.description}"),
@@ -64,7 +66,7 @@ class CaseProgress:
             console=console,
             transient=True,
         )
-        self._task: TaskID = self._bar.add_task("", total=total)
+        self._task: TaskID = self._bar.add_task("", total=total if work is None else work)
 
     def __enter__(self) -> CaseProgress:
         self._bar.__enter__()
@@ -77,13 +79,13 @@ class CaseProgress:
         """The case now running (plain text, not markup)."""
         self._bar.update(self._task, description=escape(description))
 
-    def done(self, line: str) -> None:
-        """Print a finished case's status line (rich markup) and advance the bar."""
+    def done(self, line: str, work: float = 1.0) -> None:
+        """Print a finished case's status line (rich markup) and advance the bar by its `work`."""
         self.finished += 1
         if not self.console.is_terminal:
             line = f"{escape(f'[{self.finished}/{self.total}]')} {line}"
         self._bar.console.print(line)
-        self._bar.advance(self._task)
+        self._bar.advance(self._task, work)
 
 
 COLUMN_OVERHEAD = 3

@@ -24,7 +24,7 @@ from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT
 from gdn_cp.distributed.sharding import gather_sequence, shard_sequence
 from gdn_cp.dtypes import matmul_precision
-from gdn_cp.layers import GatedDeltaNetConfig, seeded_layer
+from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig, seeded_layer
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,17 +208,47 @@ def compare_layer_under_cp(
             bars
     """
     rank, _ = group_rank_size(group)
-    gen = torch.Generator().manual_seed(seed)
-    ref = seeded_layer(config, seed, device)  # drawn on the CPU: the same weights on any device
-    cp_layer = copy.deepcopy(ref)
-    x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
-    grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
-
+    ref, cp_layer, x, grad_out = _seeded_setup(config, seed, batch, seq_len, device)
     LinearAttentionContextParallel(
         mode=mode, checkpoint_summary=checkpoint_summary, layout=layout, overlap=overlap, backend=backend
     ).apply(cp_layer, group)
     if layer_hook is not None:
         layer_hook(cp_layer)
+    y_cp, gx_cp = _run_cp_layer(cp_layer, x, grad_out, group, layout, documents, precision, device)
+
+    result: list[LayerComparison | None] = [None]
+    if rank == 0:  # the reference in full fp32 whatever `precision` (matmul_precision restored the flags)
+        result[0] = _compare_with_reference(ref, cp_layer, x, grad_out, documents, y_cp, gx_cp)
+    if dist.get_world_size(group) > 1:
+        dist.broadcast_object_list(result, group_src=0, group=group)
+    assert result[0] is not None
+    return result[0]
+
+
+def _seeded_setup(
+    config: GatedDeltaNetConfig, seed: int, batch: int, seq_len: int, device: torch.device | str
+) -> tuple[GatedDeltaNet, GatedDeltaNet, torch.Tensor, torch.Tensor]:
+    """(reference layer, its copy for CP, input x, output gradient), both [batch, seq_len, hidden]."""
+    gen = torch.Generator().manual_seed(seed)
+    ref = seeded_layer(config, seed, device)  # drawn on the CPU: the same weights on any device
+    cp_layer = copy.deepcopy(ref)
+    # x first, then grad_out: one generator draws both, so the order fixes their values
+    x = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
+    grad_out = torch.randn(batch, seq_len, config.hidden_size, generator=gen).to(device, config.dtype)
+    return ref, cp_layer, x, grad_out
+
+
+def _run_cp_layer(
+    cp_layer: GatedDeltaNet,
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    group: ProcessGroup | None,
+    layout: str,
+    documents: Sequence[int] | None,
+    precision: str,
+    device: torch.device | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, input gradient) [batch, seq_len, hidden] of the CP layer, gathered; param grads summed."""
     cu_seqlens = None if documents is None else torch.tensor(list(documents), device=device)
     x_local = shard_sequence(x, group, layout=layout).clone().requires_grad_(True)
     with matmul_precision(precision, torch.device(device).type):
@@ -227,34 +257,40 @@ def compare_layer_under_cp(
     all_reduce_gradients(cp_layer.parameters(), group)
     y_cp = gather_sequence(y_local.detach(), group, layout=layout)
     gx_cp = gather_sequence(x_local.grad, group, layout=layout)
+    return y_cp, gx_cp
 
-    result: list[LayerComparison | None] = [None]
-    if rank == 0:  # the reference in full fp32 whatever `precision` (matmul_precision restored the flags)
-        x_ref = x.clone().requires_grad_(True)
-        if documents is None:
-            y_ref = ref(x_ref)
+
+def _compare_with_reference(
+    ref: GatedDeltaNet,
+    cp_layer: GatedDeltaNet,
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    documents: Sequence[int] | None,
+    y_cp: torch.Tensor,
+    gx_cp: torch.Tensor,
+) -> LayerComparison:
+    """The CP layer's output [batch, seq_len, hidden] and gradients against the reference's on all of x."""
+    x_ref = x.clone().requires_grad_(True)
+    if documents is None:
+        y_ref = ref(x_ref)
+    else:
+        y_ref = torch.cat([ref(x_ref[:, a:b]) for a, b in pairwise(documents)], dim=1)
+    y_ref.backward(grad_out)
+    ref_params = dict(ref.named_parameters())
+    params, missing = {}, []
+    for name, p in cp_layer.named_parameters():
+        if p.grad is None:
+            missing.append(name)
         else:
-            y_ref = torch.cat([ref(x_ref[:, a:b]) for a, b in pairwise(documents)], dim=1)
-        y_ref.backward(grad_out)
-        ref_params = dict(ref.named_parameters())
-        params, missing = {}, []
-        for name, p in cp_layer.named_parameters():
-            if p.grad is None:
-                missing.append(name)
-            else:
-                params[name] = error_stats(p.grad, ref_params[name].grad)
-        result[0] = LayerComparison(
-            output=error_stats(y_cp, y_ref),
-            input_grad=error_stats(gx_cp, x_ref.grad),
-            params=params,
-            grad_norm_ref=_grad_norm(ref),
-            grad_norm_cp=_grad_norm(cp_layer),
-            missing_grads=missing,
-        )
-    if dist.get_world_size(group) > 1:
-        dist.broadcast_object_list(result, group_src=0, group=group)
-    assert result[0] is not None
-    return result[0]
+            params[name] = error_stats(p.grad, ref_params[name].grad)
+    return LayerComparison(
+        output=error_stats(y_cp, y_ref),
+        input_grad=error_stats(gx_cp, x_ref.grad),
+        params=params,
+        grad_norm_ref=_grad_norm(ref),
+        grad_norm_cp=_grad_norm(cp_layer),
+        missing_grads=missing,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 BASE and HEAD are `bench run` result files, or git refs: refs are run as `bench compare BASE HEAD` runs them
 (paired in shared lifetimes of the ranks, or with --unpaired each ref's own bench; both result files kept
 in --save-dir). `--verify` names head's `bench verify` result files (repeatable), `--base-verify` base's,
-shown beside them. The timing verdicts come from bench.results.comparison, the judgement from
-bench.results.gate: slower = a case "worse", or ok on base but failed on head; inexact = a head check above
+shown beside them. The timing verdicts come from bench.judge.comparison, the judgement from
+bench.judge.gate: slower = a case "worse", or ok on base but failed on head; inexact = a head check above
 its bar, or a head check that failed to run; any other timing state (not comparable, contended, ...) is no
 verdict.
 
@@ -21,8 +21,6 @@ Exit codes (EXIT_CODES), for CI:
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,20 +28,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
-from bench.commands import compare as compare_command
+from bench.commands.common_args import EXIT_NO_VERDICT, EXIT_REGRESSION
+from bench.commands.session import CaseChoice, compared_files, narrowed
 from bench.console import console as default_console
 from bench.console import print_warning
 from bench.errors import UserError
-from bench.launch.gitrefs import FileSide, resolve_side
-from bench.results.analysis import source_label
-from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs
-from bench.results.gate import GateResult, Outcome, accuracy_table, gate, timing_table
-from bench.results.paths import new_folder
+from bench.judge.analysis import source_label
+from bench.judge.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs
+from bench.judge.gate import GateResult, Outcome, gate
+from bench.launch.gitrefs import resolve_side
+from bench.launch.ref_rounds import Budget
+from bench.render.gate import accuracy_table, timing_table
+from bench.render.tables import print_tables
 from bench.results.store import RunResult, load_result
-from bench.results.tables import print_tables
 from bench.results.verifications import Verification
 from bench.suite.filters import CaseFilter, parse_filters
-from bench.suite.loader import display, load_suite
+from bench.suite.loader import display
 
 NAME = "gate"
 HELP = (
@@ -52,10 +52,10 @@ HELP = (
 )
 EXIT_CODES: dict[Outcome, int] = {
     "pass": 0,
-    "slower": compare_command.EXIT_REGRESSION,
+    "slower": EXIT_REGRESSION,
     "inexact": 4,
     "slower and inexact": 5,
-    "nothing compared": 6,
+    "nothing compared": EXIT_NO_VERDICT,
 }
 """The exit code of each outcome (1 is a user error, as for every command; 130 an interrupt)."""
 OUTCOME_STYLES: dict[Outcome, str] = {
@@ -97,32 +97,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="base's `bench verify` result file (repeatable), shown beside head's",
     )
-    parser.add_argument("--factor", type=float, default=DEFAULT_FACTOR, help="as for `bench compare`")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="as for `bench compare`")
-    parser.add_argument(
-        "--save-dir", metavar="DIR", help="with refs: where both sides' result files go (as bench compare)"
-    )
-    parser.add_argument(
-        "--budget",
-        type=compare_command.parse_budget,
-        metavar="DURATION",
-        help="with two refs: add rounds to the undecided cases until called or DURATION is spent (as bench "
-        "compare --budget)",
-    )
-    compare_command.add_unpaired(parser)
+    common_args.add_compare(parser, NAME)
 
 
 def main(args: argparse.Namespace) -> int:
     return run(
         args.base,
         args.head,
-        args.scenarios,
+        CaseChoice(args.scenarios, args.sets, args.filters, args.device, args.config),
         verify=args.verify,
         base_verify=args.base_verify,
-        sets=args.sets,
-        filters=args.filters,
-        device=args.device,
-        config=args.config,
         factor=args.factor,
         alpha=args.alpha,
         save_dir=args.save_dir,
@@ -187,14 +171,10 @@ def render(result: GateResult, labels: tuple[str, str], console: Console) -> Non
 def run(
     base: str,
     head: str,
-    scenarios: Sequence[str] = (),
+    choice: CaseChoice | None = None,
     *,
     verify: Sequence[str] = (),
     base_verify: Sequence[str] = (),
-    sets: Sequence[str] = (),
-    filters: Sequence[str] = (),
-    device: str | None = None,
-    config: str | None = None,
     factor: float = DEFAULT_FACTOR,
     alpha: float = DEFAULT_ALPHA,
     save_dir: str | None = None,
@@ -211,26 +191,20 @@ def run(
             "give head's accuracy checks with --verify FILE (a result file of `bench verify`, e.g. "
             "`bench verify cpu-verify --output head-verify.json` at head): the gate needs exactness too"
         )
-    compare_command.check_thresholds(factor, alpha)
-    case_filter = parse_filters(filters)
+    common_args.check_thresholds(factor, alpha)
+    choice = choice or CaseChoice()
+    case_filter = parse_filters(choice.filters)
     head_records, head_commits = _records(verify, "--verify", case_filter)
     base_records, base_commits = _records(base_verify, "--base-verify", case_filter)
-    if save_dir is None and not all(isinstance(s, FileSide) for s in sides):
-        folder = load_suite(config).results_dir / f"gate-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-        save_dir = str(new_folder(folder))
+    budget = None if budget_s is None else Budget(budget_s, factor, alpha)
     try:  # the progress on stderr, so that stdout is the gate's table alone
-        paths, spent = compare_command.side_paths(
+        paths, spent = compared_files(
             sides,
-            scenarios,
-            sets=sets,
-            filters=filters,
-            device=device,
-            config=config,
+            choice,
+            command=NAME,
             save_dir=save_dir,
             console=Console(stderr=True, highlight=False),
-            budget_s=budget_s,
-            factor=factor,
-            alpha=alpha,
+            budget=budget,
             paired=paired,
         )
     except KeyboardInterrupt:
@@ -238,10 +212,7 @@ def run(
     base_run, head_run = (_timing_run(p) for p in paths)
     _warn_other_commits("--verify", head_commits, head_run, "head")
     _warn_other_commits("--base-verify", base_commits, base_run, "base")
-    base_run, head_run = (
-        dataclasses.replace(r, cases=[c for c in r.cases if case_filter.matches(c.case)])
-        for r in (base_run, head_run)
-    )
+    base_run, head_run = (narrowed(r, case_filter) for r in (base_run, head_run))
     comparison = compare_runs(base_run, head_run, factor=factor, alpha=alpha if spent is None else spent)
     result = gate(comparison, base_records, head_records)
     labels = (f"{paths[0].name} ({source_label(base_run)})", f"{paths[1].name} ({source_label(head_run)})")

@@ -1,8 +1,8 @@
 """`bench history PATH ... [--format html|table] [--out DIR] [--fail-on-regression]`: cases across commits.
 
 Reads every result file under the paths (a backfill's folders, `bench run --commits`, or CI's runs on main),
-groups them by machine and scenario (bench.results.history), finds each case's change points
-(bench.results.changepoints), and writes a static site (html, the default: a new folder under results/
+groups them by machine and scenario (bench.judge.history), finds each case's change points
+(bench.judge.changepoints), and writes a static site (html, the default: a new folder under results/
 unless --out names one) or prints the changes found (table). `--fail-on-regression` exits 3 when the newest
 commit of a history starts a step up in a case's time (a CI job on main fails on it).
 """
@@ -21,8 +21,8 @@ from rich.table import Table
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
-from bench.results.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR
-from bench.results.history import History, change_text, load_history, regressions_at_newest
+from bench.judge.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR
+from bench.judge.history import History, change_text, load_history, regressions_at_newest
 from bench.results.paths import new_folder
 from bench.suite.loader import display, load_suite
 
@@ -100,7 +100,7 @@ def changes_table(history: History) -> Table:
             escape(case.key.split("/", 1)[1]),
             run.commit.short,
             run.date[:10],
-            f"[{colour}]{change_text(change)}[/]",
+            f"[{colour}]{change_text(change, contended=case.change_contended(change))}[/]",
         )
     if not found:
         table.add_row("no change found", "", "", "")
@@ -137,6 +137,9 @@ def run(
     if fmt == "table":
         for h in histories:
             console.print(changes_table(h))
+            shared = h.contention_summary()
+            if shared is not None:
+                console.print(f"[bold yellow]contended[/]: {escape(shared)}")
     else:
         # Imported here: matplotlib takes a while to load, and only the site needs it.
         from bench.render.history import write_site

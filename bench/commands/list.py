@@ -13,7 +13,7 @@ from bench.commands import common_args
 from bench.console import console as default_console
 from bench.launch.estimate import estimate_peak_bytes
 from bench.launch.preflight import check_cases
-from bench.results.tables import format_checkpoint, format_tokens
+from bench.render.formats import format_checkpoint, format_tokens
 from bench.suite.filters import parse_filters
 from bench.suite.loader import (
     ConfigError,

@@ -25,6 +25,7 @@ from rich.table import Table
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
+from bench.judge.reference import scenario_order
 from bench.launch.estimate import human_bytes
 from bench.launch.launcher import MAX_RANKS_PER_CORE, torchrun_env
 from bench.model.calibrate import calibrate
@@ -34,11 +35,11 @@ from bench.model.predict import (
     Prediction,
     check_runs,
     fit_compute,
-    measured_s,
     pipeline,
     predict,
     scaled,
 )
+from bench.render.formats import format_seconds, format_time
 from bench.results.paths import write_new
 from bench.results.store import load_result
 from bench.suite.config import PASS_TAGS, Case
@@ -199,12 +200,13 @@ def run_check(results: Sequence[str], links: Path, console: Console | None = Non
     table = Table(title=f"predicted vs measured ({interconnect.name})")
     for header in ("case", "measured", "predicted", "compute", "comm", "error"):
         table.add_column(header, justify="left" if header == "case" else "right")
-    for c in checks:
+    order = scenario_order(list(dict.fromkeys(s for run in runs for s in run.scenarios)))
+    for c in sorted(checks, key=lambda c: order(c.measured.case)):  # scenario order, not run order
         p = c.predicted
         table.add_row(
             c.measured.case.case_id,
-            f"{measured_s(c.measured) * 1e3:.1f} ms",
-            f"{p.total_s * 1e3:.1f} ms",
+            format_time(c.measured),
+            format_seconds(p.total_s),
             f"{(p.compute_s + p.exchange_s) * 1e3:.1f}",
             f"{p.comm_s * 1e3:.1f}",
             f"{c.error:+.0%}",
@@ -263,6 +265,100 @@ def _why(best: Prediction, ranked: list[Prediction], error: float | None) -> str
     return f"next {second.case.mode} +{margin:.0%}{comm}"
 
 
+TableRow = tuple[int, int, list[Prediction], list[Prediction], dict[str, str]]
+"""(seq_len, cp, every mode's prediction, those not excluded fastest first, mode -> why it is excluded)."""
+
+
+def _predict_point(
+    template: Case,
+    compute: ComputeModel,
+    interconnect: Interconnect,
+    *,
+    seq_len: int,
+    cp: int,
+    pass_: str,
+    threads: int,
+    memory_gib: float | None,
+) -> tuple[list[Prediction], dict[str, str], list[str]]:
+    """(the predictions, mode -> why it is excluded, the predictions' notes) of every mode at one point."""
+    preds, excluded, notes = [], {}, []
+    for mode in MODES:
+        checkpoint = True if mode_class(mode).has_summary else None
+        case = scaled(template, mode=mode, cp=cp, seq_len=seq_len, pass_=pass_, checkpoint=checkpoint)
+        reason = _feasible(case) or _unmeasured(compute, case)
+        if reason is None:
+            p = predict(case, compute, interconnect, threads=threads)
+            notes += p.notes
+            if memory_gib is not None and p.peak_bytes > memory_gib * 2**30:
+                reason = f"needs {human_bytes(p.peak_bytes)} > {memory_gib:g} GiB"
+            preds.append(p)
+        if reason is not None:
+            excluded[mode] = reason
+    return preds, excluded, notes
+
+
+def _predict_rows(
+    template: Case,
+    compute: ComputeModel,
+    interconnect: Interconnect,
+    *,
+    cps: Sequence[int],
+    seq_lens: Sequence[int],
+    pass_: str,
+    threads: int,
+    memory_gib: float | None,
+) -> tuple[list[TableRow], set[str]]:
+    """(one TableRow per sequence length and cp, in that order; every prediction's notes)."""
+    rows, notes = [], set()
+    for seq_len in seq_lens:
+        for cp in cps:
+            preds, excluded, point_notes = _predict_point(
+                template,
+                compute,
+                interconnect,
+                seq_len=seq_len,
+                cp=cp,
+                pass_=pass_,
+                threads=threads,
+                memory_gib=memory_gib,
+            )
+            notes.update(point_notes)
+            fits = sorted((p for p in preds if p.case.mode not in excluded), key=lambda p: p.total_s)
+            rows.append((seq_len, cp, preds, fits, excluded))
+    return rows, notes
+
+
+def _table_cells(rows: list[TableRow], error: float | None) -> tuple[list[list[str]], dict[str, None]]:
+    """(each row's cells: T, cp, every mode's "ms (peak)" or "-", the pick and why; the exclusions,
+    "mode: reason", in order of first appearance)."""
+    cells_rows, reasons = [], {}
+    for seq_len, cp, preds, fits, excluded in rows:
+        by_mode = {p.case.mode: p for p in preds}
+        cells = [
+            f"{by_mode[m].total_s * 1e3:,.0f} ({human_bytes(by_mode[m].peak_bytes)})" if m in by_mode else "-"
+            for m in MODES
+        ]
+        pick = fits[0].case.mode if fits else "none fits"
+        why = _why(fits[0], fits, error) if fits else ""
+        for mode, reason in excluded.items():
+            reasons.setdefault(f"{mode}: {reason}", None)
+        cells_rows.append([f"{seq_len // 1024}K", str(cp), *cells, pick, why])
+    return cells_rows, reasons
+
+
+def _markdown(pass_: str, assumptions: list[str], headers: list[str], rows: list[list[str]]) -> str:
+    """The table as a Markdown document: a title, the assumptions as a list, then the table."""
+    lines = [
+        f"# Cost model: {pass_} of one GDN layer, by CP mode",
+        "",
+        *(f"- {a}" for a in assumptions),
+        "",
+    ]
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def run_table(
     results: Sequence[str],
     links: Path,
@@ -281,44 +377,25 @@ def run_table(
     runs, compute, interconnect = _inputs(results, links)
     template = _template(runs, scenario)
     threads = max(k[3] for k in compute.fits)
-    rows, notes = [], set()
-    for seq_len in seq_lens:
-        for cp in cps:
-            preds, excluded = [], {}
-            for mode in MODES:
-                checkpoint = True if mode_class(mode).has_summary else None
-                case = scaled(template, mode=mode, cp=cp, seq_len=seq_len, pass_=pass_, checkpoint=checkpoint)
-                reason = _feasible(case) or _unmeasured(compute, case)
-                if reason is None:
-                    p = predict(case, compute, interconnect, threads=threads)
-                    notes.update(p.notes)
-                    if memory_gib is not None and p.peak_bytes > memory_gib * 2**30:
-                        reason = f"needs {human_bytes(p.peak_bytes)} > {memory_gib:g} GiB"
-                    preds.append(p)
-                if reason is not None:
-                    excluded[mode] = reason
-            fits = sorted((p for p in preds if p.case.mode not in excluded), key=lambda p: p.total_s)
-            rows.append((seq_len, cp, preds, fits, excluded))
+    rows, notes = _predict_rows(
+        template,
+        compute,
+        interconnect,
+        cps=cps,
+        seq_lens=seq_lens,
+        pass_=pass_,
+        threads=threads,
+        memory_gib=memory_gib,
+    )
     headers = ["T", "cp", *MODES, "pick", "why"]
     table = Table(title=f"predicted {pass_} per layer, ms (peak) - {interconnect.name}")
     for h in headers:
         table.add_column(h, justify="right" if h in ("T", "cp", *MODES) else "left")
-    md_rows, reasons = [], {}
     checks = check_runs(runs, compute, interconnect)
     error = statistics.median(abs(c.error) for c in checks) if checks else None
-    for seq_len, cp, preds, fits, excluded in rows:
-        by_mode = {p.case.mode: p for p in preds}
-        cells = [
-            f"{by_mode[m].total_s * 1e3:,.0f} ({human_bytes(by_mode[m].peak_bytes)})" if m in by_mode else "-"
-            for m in MODES
-        ]
-        pick = fits[0].case.mode if fits else "none fits"
-        why = _why(fits[0], fits, error) if fits else ""
-        for mode, reason in excluded.items():
-            reasons.setdefault(f"{mode}: {reason}", None)
-        row = [f"{seq_len // 1024}K", str(cp), *cells, pick, why]
+    md_rows, reasons = _table_cells(rows, error)
+    for row in md_rows:
         table.add_row(*row)
-        md_rows.append(row)
     console.print(table)
     assumptions = _assumptions(compute, interconnect, template, threads, results, sorted(notes))
     assumptions.append(_check_line(checks))
@@ -327,15 +404,7 @@ def run_table(
     for line in assumptions:
         console.print(line, style="dim")
     if markdown is not None:
-        lines = [
-            f"# Cost model: {pass_} of one GDN layer, by CP mode",
-            "",
-            *(f"- {a}" for a in assumptions),
-            "",
-        ]
-        lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(r) + " |" for r in md_rows]
-        _write_new(Path(markdown), "\n".join(lines) + "\n")
+        _write_new(Path(markdown), _markdown(pass_, assumptions, headers, md_rows))
         console.print(f"wrote {markdown}")
     return 0
 

@@ -12,7 +12,6 @@ with a one-line note. Without --out the charts go to a new folder, <results_dir>
 from __future__ import annotations
 
 import argparse
-import datetime
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,9 +21,9 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
-from bench.results.paths import new_folder
+from bench.results.paths import check_out_folder, new_charts_folder
 from bench.results.store import load_result
-from bench.suite.loader import Suite, display, load_suite
+from bench.suite.loader import display, load_suite
 
 NAME = "plot"
 HELP = (
@@ -53,18 +52,6 @@ def main(args: argparse.Namespace) -> int:
     return run(args.results, out=args.out, config=args.config, force=args.force)
 
 
-def check_out_folder(out: str, flag: str = "--out") -> None:
-    """UserError when a charts folder given by name is an existing file."""
-    if Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"{flag} {out}: is a file; give a folder for the charts (it is created if missing)")
-
-
-def new_charts_folder(suite: Suite) -> Path:
-    """A new folder <results_dir>/plots-<date>-<time>/ (-2, -3, ... when taken): where charts go unless a
-    folder is named."""
-    return new_folder(suite.results_dir / f"plots-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-
-
 def run(
     results: Sequence[str],
     *,
@@ -87,7 +74,7 @@ def run(
         raise UserError(f"{', '.join(results)}: no case is ok, nothing to plot; see `bench show` for why")
     charts, notes = build_charts(sources_for(runs), force=force)
     if charts:  # a new folder only when there is something to put in it
-        folder = Path(out) if suite is None else new_charts_folder(suite)
+        folder = Path(out) if suite is None else new_charts_folder(suite.results_dir)
     for chart in charts:
         paths = chart.save(folder)
         console.print(f"{escape(chart.title)}: {escape(', '.join(display(p) for p in paths))}")

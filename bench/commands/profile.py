@@ -23,6 +23,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -34,6 +35,7 @@ from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.launcher import TorchrunEnv
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
+from bench.profiling.traces import Straggler
 from bench.records import to_dict
 from bench.results.env import collect_environment
 from bench.results.paths import free_path
@@ -97,14 +99,9 @@ def main(args: argparse.Namespace) -> int:
     )
 
 
-def _one_case(cases: Sequence[Case], total: int, expr: str, scenario: str) -> Case:
+def _one_case(cases: Sequence[Case], expr: str, scenario: str) -> Case:
     if len(cases) == 1:
         return cases[0]
-    if not cases:
-        raise UserError(
-            f"--case {expr} matches none of the {total} cases of {scenario}; see `bench list {scenario}` for "
-            "their ids and fields"
-        )
     listed = ", ".join(c.case_id for c in cases[:8]) + (
         f", ... ({len(cases)} in all)" if len(cases) > 8 else ""
     )
@@ -249,9 +246,11 @@ def run(
 
     def one_case(found: list[Selection]) -> list[Selection]:
         (sel,) = found
-        return [dataclasses.replace(sel, cases=[_one_case(sel.cases, sel.total, case, sel.scenario.name)])]
+        if not sel.cases:  # CaseChoice.choose says so, as every command does
+            return found
+        return [dataclasses.replace(sel, cases=[_one_case(sel.cases, case, sel.scenario.name)])]
 
-    choice = CaseChoice([scenario], sets, [case], device, config)
+    choice = CaseChoice([scenario], sets, [case], device, config, filter_flag="--case")
     session = Session.open(choice, console or default_console, one_case)
     (the_case,) = session.cases
     platform, job, console = session.platform, session.job, session.console
@@ -269,7 +268,16 @@ def run(
     profiles: list[RankProfile] = outcome.results
     breakdowns = breakdown([p.timeline for p in profiles])
     slow = straggler(breakdowns)
-    console.print(time_table(breakdowns, steps))
+    _print_profile(profiles, breakdowns, slow, the_case, steps, platform.device_type, console)
+    if job is None or job.rank == 0:
+        summary = _summary(profiles, breakdowns, slow, the_case, steps, platform.device_type)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        console.print(f"traces: {escape(display(run_dir))}/rank<r>.json (open in https://ui.perfetto.dev)")
+    return 0 if all(row[4] for row in bytes_rows(profiles)) else EXIT_MODEL_MISMATCH
+
+
+def _notes(profiles: Sequence[RankProfile], device_type: str) -> list[str]:
+    """What the time table's columns are, and what a device's own timeline says that the host's cannot."""
     notes = [
         "compute: the step outside collectives; each collective: its blocked time minus waiting; waiting: "
         "time in a collective before the last peer arrived (bench/profiling/traces.py); halo: the Conv1D "
@@ -281,9 +289,9 @@ def run(
             f"{unpaired} collective call(s) without a backend event in the trace: their blocked time is the "
             "c10d op's own"
         )
-    if platform.device_type != "cpu":
+    if device_type != "cpu":
         notes.append(
-            f"on {platform.device_type} collectives are asynchronous on the host: their time shows as "
+            f"on {device_type} collectives are asynchronous on the host: their time shows as "
             "compute here; the device's timeline says what overlap hid:"
         )
         for prof in profiles:
@@ -293,21 +301,48 @@ def run(
                     f"rank {prof.rank} on the device: collective kernels {_ms(d.communication_us)} a step, "
                     f"exposed (no compute kernel alongside) {_ms(d.exposed_us)}, {d.hidden:.0%} hidden"
                 )
+    return notes
+
+
+def _print_profile(
+    profiles: Sequence[RankProfile],
+    breakdowns: Sequence[RankBreakdown],
+    slow: Straggler | None,
+    the_case: Case,
+    steps: int,
+    device_type: str,
+    console: Console,
+) -> None:
+    """The time per rank and phase, the straggler and what is behind it, the bytes against the
+    communication model, and the peak memory per rank."""
+    console.print(time_table(breakdowns, steps))
     if slow is not None:
         console.print(
             f"straggler: rank {slow.rank} (step {_ms(slow.step_us)}, {_ms(slow.excess_us)} over the other "
             "ranks' "
             f"mean); behind it: {slow.phase} ({_ms(slow.phase_excess_us)} over the others' mean)"
         )
-    for note in notes:
+    for note in _notes(profiles, device_type):
         console.print(note, style="dim")
     console.print(bytes_table(profiles, the_case))
     console.print(memory_table(profiles))
     console.print(f"meter: {MEMORY_METER}", style="dim")
-    summary = {
+
+
+def _summary(
+    profiles: Sequence[RankProfile],
+    breakdowns: Sequence[RankBreakdown],
+    slow: Straggler | None,
+    the_case: Case,
+    steps: int,
+    device_type: str,
+) -> dict[str, Any]:
+    """summary.json: the case, the breakdown per rank, the straggler, the bytes against the model, memory
+    and the device timeline, and the trace files."""
+    return {
         "case": to_dict(the_case),
         "steps": steps,
-        "device_type": platform.device_type,
+        "device_type": device_type,
         "breakdown": [
             {"rank": b.rank, "step_us": b.step_us, **{f"{k}_us": v for k, v in b.categories().items()}}
             for b in breakdowns
@@ -328,7 +363,3 @@ def run(
         ],
         "traces": [Path(p.trace_path).name for p in profiles],
     }
-    if job is None or job.rank == 0:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        console.print(f"traces: {escape(display(run_dir))}/rank<r>.json (open in https://ui.perfetto.dev)")
-    return 0 if all(row[4] for row in bytes_rows(profiles)) else EXIT_MODEL_MISMATCH

@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.commands import common_args
-from bench.commands.plot import check_out_folder, new_charts_folder
 from bench.console import err_console
 from bench.errors import UserError
+from bench.results.paths import check_out_folder, new_charts_folder
 from bench.results.store import load_result
 from bench.suite.loader import display, load_suite
 
@@ -106,7 +106,7 @@ def run(
             folder = out_path.parent / f"{out_path.stem}-charts"
         else:
             assert suite is not None
-            folder = new_charts_folder(suite)
+            folder = new_charts_folder(suite.results_dir)
         text = render_markdown(title, sections, MarkdownCharts(folder=folder, relative_to=base))
         if suite is not None and not any(folder.iterdir()):
             folder.rmdir()  # the new folder, unused: no chart could be drawn

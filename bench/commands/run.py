@@ -23,25 +23,30 @@ from typing import ParamSpec
 from rich.console import Console
 from rich.markup import escape
 
-from bench.commands import common_args, show
+from bench.commands import commits, common_args
 from bench.commands.session import CaseChoice, Session
-from bench.commands.verify import is_verification_run
-from bench.console import CaseProgress, print_error
+from bench.console import CaseProgress, print_error, print_warning
 from bench.console import console as default_console
-from bench.errors import UserError, first_line
-from bench.launch import backfill, interleave
-from bench.launch.gitrefs import RefSide, repo_root
+from bench.errors import UserError
 from bench.launch.launcher import LocalLauncher, RankFn, TorchrunEnv, TorchrunLauncher, warn_oversubscription
-from bench.launch.schedule import Slot, new_seed, rounds_wanted, slots_left
+from bench.launch.schedule import Slot, new_seed, rounds_wanted, slot_work, slots_left, work_left
 from bench.launch.sweep import run_rounds
+from bench.measure.contention import Window, busy, probe
 from bench.measure.rank import measure_on_rank
+from bench.render.formats import case_line, format_seconds
+from bench.render.run_tables import render
 from bench.results.env import Environment
-from bench.results.store import SESSION_ENV, CaseResult, ResultWriteError, ResultWriter, RunResult
-from bench.results.tables import case_line
+from bench.results.store import (
+    SESSION_ENV,
+    CaseResult,
+    ResultWriteError,
+    ResultWriter,
+    RunResult,
+    is_verification_run,
+)
 from bench.suite.config import Case
-from bench.suite.filters import parse_filters
-from bench.suite.loader import display, load_suite, parse_overrides
-from bench.suite.selection import Selection, select
+from bench.suite.loader import display
+from bench.suite.selection import Selection
 
 NAME = "run"
 P = ParamSpec("P")
@@ -69,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="stop once every case has K rounds (of its `rounds`); --resume continues. `bench compare` "
         "interleaves two refs this way, round by round",
+    )
+    parser.add_argument(
+        "--require-idle",
+        action="store_true",
+        help="refuse to start on a busy machine (others taking over 20%% of the CPU, or steal over 5%%, in "
+        "an idle moment before the first case): its timings would be contended; without it, a warning",
     )
     parser.add_argument(
         "--commits",
@@ -100,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
                 "--commits writes one file per commit under --history-dir and resumes them itself; drop "
                 "--output, --resume and --stop-after-round"
             )
-        return run_commits(
+        return commits.run_commits(
             args.scenarios,
             args.commits,
             sets=args.sets,
@@ -121,6 +132,7 @@ def main(args: argparse.Namespace) -> int:
         resume=args.resume,
         config=args.config,
         stop_after_round=args.stop_after_round,
+        require_idle=args.require_idle,
     )
 
 
@@ -211,6 +223,7 @@ def execute(
     resume: str | None = None,
     config: str | None = None,
     stop_after_round: int | None = None,
+    require_idle: bool = False,
     rank_fn: RankFn = measure_on_rank,
     console: Console | None = None,
 ) -> RunOutcome:
@@ -225,44 +238,25 @@ def execute(
         resume: an earlier result file: its ok cases are skipped, the others run and are written to it
         config: bench.yaml path; default ./bench.yaml
         stop_after_round: stop once every case has this many rounds (a later --resume continues)
+        require_idle: refuse (UserError) when the machine is busy before the first case; else a warning
         rank_fn: what each rank runs (bench.measure.rank.measure_on_rank); a test hook to inject failures
         console: where progress and tables go (default: the terminal)
     """
-    if output and resume:
-        raise UserError(
-            "--output and --resume given together; --resume FILE writes to FILE, so drop --output"
-        )
-    if stop_after_round is not None and stop_after_round < 1:
-        raise UserError(f"--stop-after-round {stop_after_round}: must be >= 1 (the rounds each case gets)")
+    _check_flags(output, resume, stop_after_round)
     choice = CaseChoice(scenarios, sets, filters, device, config)
     session = Session.open(choice, console or default_console)
-    cases, name, leader, console = session.cases, session.name, session.leader, session.console
+    cases, leader, console = session.cases, session.leader, session.console
     launcher = session.launcher(rank_fn)
-    command: list[str] | None = None
-    if resume and not leader:
-        # a torchrun follower, on whichever node: the leader reads the file and shares its skips and seed
-        previous, seed, writer = [], new_seed(), None
-    elif resume:
-        opened = _open_resumed(resume, session.selections, session.environment(), session.job)
-        previous = [c for c in opened.run.cases if c.status == "ok"]
-        seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
-        writer = opened  # the file keeps the command line of the run it began with
-        complete = sum(len(c.rounds) >= c.case.rounds for c in previous)
-        rounds_done = sum(len(c.rounds) for c in previous)
-        rounds_wanted_total = sum(c.rounds for c in cases)
-        console.print(
-            f"resuming {escape(display(Path(resume)))}: {complete} of {len(cases)} cases done, "
-            f"{rounds_done} of {rounds_wanted_total} case-rounds"
-        )
-    else:
-        previous, seed = [], new_seed()
-        command = choice.argv(NAME, ["--output", output] if output else [])
-        writer = session.result_writer(output, name, resumable=True, command=command)
+    start = _start(session, choice, output, resume)  # a bad --output or --resume is said first
+    writer = start.writer
+    # the leader's idle moment (a follower's sweep measures its own)
+    opening = _idle_check(require_idle=require_idle, fresh=None if resume else writer) if leader else None
     # a torchrun follower keeps its record in memory: the leader writes the file
-    record = writer.run if writer is not None else session.new_run(name, command)
+    record = writer.run if writer is not None else session.new_run(session.name, start.command)
     path = None if writer is None else writer.path
     record.session = record.session or os.environ.get(SESSION_ENV) or None
     if leader:
+        _announce(session, start, stop_after_round)
         warn_oversubscription(cases, launcher)
     try:
         results = _run_with_progress(
@@ -271,32 +265,18 @@ def execute(
             writer,
             record,
             console,
-            seed=seed,
-            previous=previous,
+            seed=start.seed,
+            previous=start.previous,
             stop_after=stop_after_round,
+            opening=opening,
         )
-    except KeyboardInterrupt:
-        if writer is not None:
-            again = resume_command(choice, display(writer.path))
-            console.print(
-                f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
-                f"continue with `{escape(again)}`"
-            )
-        return RunOutcome(exit_code=130, run=record, path=path)
-    except ResultWriteError as exc:
-        assert writer is not None  # only a writer writes
-        again = resume_command(choice, display(writer.path))
-        print_error(
-            f"{exc.strerror}: the run stopped; {display(writer.path)} holds the {writer.saved} case "
-            f"result{'' if writer.saved == 1 else 's'} saved before (the file is whole; the case that could "
-            f"not be saved runs again): free space or fix the folder, then continue with `{again}`"
-        )
-        return RunOutcome(exit_code=1, run=record, path=path)
+    except (KeyboardInterrupt, ResultWriteError) as exc:
+        return RunOutcome(exit_code=_stopped(exc, writer, choice, console), run=record, path=path)
     if writer is None:
         record.cases = list(results)
     else:
         console.print()
-        show.render(writer.run, console)
+        render(writer.run, console)
         where = f" (on {socket.gethostname()}, rank 0)" if session.job is not None else ""
         console.print(f"results: {escape(display(writer.path))}{where}")
     # A torchrun follower exits 0 once the job is done: the leader's code is the job's (a follower exiting 2
@@ -305,66 +285,110 @@ def execute(
     return RunOutcome(exit_code=code, run=record, path=path)
 
 
+def _idle_check(*, require_idle: bool, fresh: ResultWriter | None) -> Window | None:
+    """The idle moment before the first case (what the sweep judges its first cases with): a warning when
+    the machine is busy, a UserError with `require_idle` (the new, empty result file `fresh` removed)."""
+    window = probe()
+    reason = busy(window)
+    if reason is not None:
+        if require_idle:
+            if fresh is not None and fresh.saved == 0:
+                fresh.path.unlink(missing_ok=True)  # nothing measured: no file of an empty run is left
+            raise UserError(
+                f"--require-idle: the machine is busy ({reason}); stop the other work, or run later "
+                "(`bench doctor` watches the load)"
+            )
+        print_warning(
+            f"busy machine: {reason}; cases timed now will be marked contended (--require-idle refuses to "
+            "start)"
+        )
+    return window
+
+
+def _announce(session: Session, start: _Start, stop_after: int | None) -> None:
+    """The opening line: how many cases and case-rounds run, on what, and where the results go."""
+    done = {c.key: len(c.rounds) for c in start.previous}
+    left = slots_left(session.cases, done, stop_after)
+    most = max((rounds_wanted(c, stop_after) for c in session.cases), default=0)
+    where = "" if start.writer is None else f"; results in {escape(display(start.writer.path))}"
+    platform = session.platform
+    session.console.print(
+        f"running {len(session.cases)} cases x up to {most} rounds ({left} case-rounds) of "
+        f"{escape(session.name)} on {platform.device_type} ({platform.backend}){where}"
+    )
+
+
+def _check_flags(output: str | None, resume: str | None, stop_after_round: int | None) -> None:
+    """UserError for flags that cannot go together, before anything is loaded."""
+    if output and resume:
+        raise UserError(
+            "--output and --resume given together; --resume FILE writes to FILE, so drop --output"
+        )
+    if stop_after_round is not None and stop_after_round < 1:
+        raise UserError(f"--stop-after-round {stop_after_round}: must be >= 1 (the rounds each case gets)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """Where a run begins: the cases already measured (a resume), the schedule's seed, the leader's result
+    file (None on a torchrun follower) and the command line a new file records."""
+
+    previous: list[CaseResult]
+    seed: int
+    writer: ResultWriter | None
+    command: list[str] | None = None
+
+
+def _start(session: Session, choice: CaseChoice, output: str | None, resume: str | None) -> _Start:
+    """A new result file, or the resumed one with what it holds (its command line stays the one it began
+    with); a torchrun follower opens none (the leader reads the file and shares its skips and seed)."""
+    cases, console = session.cases, session.console
+    if resume and not session.leader:
+        return _Start([], new_seed(), None)
+    if resume:
+        opened = _open_resumed(resume, session.selections, session.environment(), session.job)
+        previous = [c for c in opened.run.cases if c.status == "ok"]
+        seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
+        complete = sum(len(c.rounds) >= c.case.rounds for c in previous)
+        rounds_done = sum(len(c.rounds) for c in previous)
+        console.print(
+            f"resuming {escape(display(Path(resume)))}: {complete} of {len(cases)} cases done, "
+            f"{rounds_done} of {sum(c.rounds for c in cases)} case-rounds"
+        )
+        return _Start(previous, seed, opened)
+    command = choice.argv(NAME, ["--output", output] if output else [])
+    writer = session.result_writer(output, session.name, resumable=True, command=command)
+    return _Start([], new_seed(), writer, command)
+
+
+def _stopped(
+    exc: KeyboardInterrupt | ResultWriteError,
+    writer: ResultWriter | None,
+    choice: CaseChoice,
+    console: Console,
+) -> int:
+    """The exit code of a run stopped by Ctrl-C (130) or by a result that could not be saved (1), after
+    saying where the finished cases are and how to continue."""
+    if isinstance(exc, KeyboardInterrupt):
+        if writer is not None:
+            again = resume_command(choice, display(writer.path))
+            console.print(
+                f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
+                f"continue with `{escape(again)}`"
+            )
+        return 130
+    assert writer is not None  # only a writer writes
+    again = resume_command(choice, display(writer.path))
+    print_error(
+        f"{exc.strerror}: the run stopped; {display(writer.path)} holds the {writer.saved} case "
+        f"result{'' if writer.saved == 1 else 's'} saved before (the file is whole; the case that could "
+        f"not be saved runs again): free space or fix the folder, then continue with `{again}`"
+    )
+    return 1
+
+
 run = _exit_code_of(execute)
 """`execute` returning its exit code alone (what the CLI exits with): the same arguments, declared once."""
-
-
-def run_commits(
-    scenarios: Sequence[str],
-    commits: Sequence[str],
-    *,
-    sets: Sequence[str] = (),
-    filters: Sequence[str] = (),
-    device: str | None = None,
-    config: str | None = None,
-    machine: str | None = None,
-    history_dir: str | None = None,
-    console: Console | None = None,
-    runner: backfill.Runner = interleave.run_on_side,
-) -> int:
-    """`bench run --commits`: the cases on every commit (bench.launch.backfill). Exit 0 when every commit
-    ran, 2 when some failed (recorded; the others ran), 130 when interrupted (run it again to continue)."""
-    console = console or default_console
-    repo = repo_root(Path.cwd())
-    if repo is None:
-        raise UserError(f"--commits: {Path.cwd()} is not in a git checkout; run from inside the repository")
-    overrides = parse_overrides(sets, device)
-    suite = load_suite(config, overrides)
-    selections = select(suite, scenarios, overrides, parse_filters(filters))
-    if not any(s.cases for s in selections):
-        raise UserError("no case is left after --filter; see `bench list`")
-    sides = backfill.resolve_commits(repo, commits)
-    root = Path(history_dir) if history_dir else suite.results_dir / "history"
-    folder = backfill.history_folder(root, machine or backfill.default_machine(), selections)
-    cases = sum(len(s.cases) for s in selections)
-    console.print(
-        f"backfill: {cases} cases on {len(sides)} commits, one file each in {escape(display(folder))}"
-    )
-
-    def report(i: int, side: RefSide, what: str) -> None:
-        head = f"[{i + 1}/{len(sides)}] {side.commit[:8]}"
-        if what == "running":
-            console.print(f"{head} running", style="dim")
-        elif what in ("ok", "skipped"):
-            console.print(f"{head} {what}" + (" (its file is complete)" if what == "skipped" else ""))
-        else:
-            console.print(f"{head} [red]failed[/]: {escape(first_line(what))}")
-
-    try:
-        outcome = backfill.backfill(
-            selections, suite, repo, sides, folder, sets=sets, device=device, on_commit=report, runner=runner
-        )
-    except KeyboardInterrupt:
-        console.print(
-            f"[yellow]interrupted[/]: the commits done are in {escape(display(folder))}; run the same "
-            "command again to continue (complete commits are skipped, a partial one resumed)"
-        )
-        return 130
-    console.print(
-        f"backfill: {len(outcome.ran)} ran, {len(outcome.skipped)} already done, {len(outcome.failed)} "
-        f"failed; `bench history {escape(display(folder))}` draws them"
-    )
-    return 2 if outcome.failed else 0
 
 
 def resume_command(choice: CaseChoice, path: str) -> str:
@@ -383,11 +407,14 @@ def _run_with_progress(
     seed: int,
     previous: Sequence[CaseResult],
     stop_after: int | None,
+    opening: Window | None = None,
 ) -> list[CaseResult]:
-    """Run the cases' rounds under a progress bar, one status line per finished case and round."""
+    """Run the cases' rounds under a progress bar, one status line per finished case and round; `opening`:
+    the idle moment measured before the first case."""
     # the bar's count: the leader's view (a follower's console prints nothing)
     done = {c.key: len(c.rounds) for c in previous}
-    with launcher.group(), CaseProgress(console, slots_left(cases, done, stop_after)) as progress:
+    total, work = slots_left(cases, done, stop_after), work_left(cases, done, stop_after)
+    with launcher.group(), CaseProgress(console, total, work) as progress:
         # the leader's (a torchrun job's rank 0, the one that read the file): every rank runs one schedule
         seed, previous = launcher.agree((seed, list(previous)))
         record.schedule_seed = seed  # a writer saves it with the first result
@@ -395,12 +422,16 @@ def _run_with_progress(
         if writer is not None and launcher.nodes is not None:
             console.print(f"writing {escape(str(writer.path.resolve()))} on {socket.gethostname()} (rank 0)")
 
+        # off a terminal each line starts with [i/N] (CaseProgress): the line fits beside it
+        width = console.width - (0 if console.is_terminal else len(f"[{total}/{total}] "))
+
         def line(slot: Slot, result: CaseResult) -> str:
             # the case's time so far is its estimate (case_line); this round's own median follows, named
-            text = f"r{slot.round + 1}/{rounds_wanted(slot.case, stop_after)} " + case_line(result)
+            extra = []
             if result.status == "ok" and len(result.rounds) > 1:
-                text += f"  [dim]this round {result.rounds[-1].median_s * 1e3:.3f} ms[/]"
-            return text
+                extra = [f"[dim]this round {format_seconds(result.rounds[-1].median_s)}[/]"]
+            prefix = f"r{slot.round + 1}/{rounds_wanted(slot.case, stop_after)} "
+            return case_line(result, width, prefix, extra)
 
         return run_rounds(
             cases,
@@ -410,5 +441,6 @@ def _run_with_progress(
             previous=previous,
             stop_after=stop_after,
             on_start=lambda slot: progress.start(f"{slot.case.key()} round {slot.round + 1}"),
-            on_done=lambda slot, result: progress.done(line(slot, result)),
+            on_done=lambda slot, result: progress.done(line(slot, result), slot_work(slot.case)),
+            opening=opening,
         )

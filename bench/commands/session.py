@@ -1,9 +1,11 @@
-"""What the commands that launch cases (run, verify, profile) share: the choice of cases they are given
-(`CaseChoice`), the session set up from it once (`Session`: suite, selected cases, platform, torchrun job,
-this process's console, the launcher), and the result file a run writes."""
+"""What the commands that launch or compare cases (run, verify, profile, compare, gate, the --commits
+backfill) share: the choice of cases they are given (`CaseChoice`, turned into cases by `choose`, with the
+one "no case left" message), the session set up from it once (`Session`: suite, selected cases, platform,
+torchrun job, this process's console, the launcher), and the result file a run writes."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +14,8 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.errors import UserError
+from bench.launch import interleave
+from bench.launch.gitrefs import FileSide, Side
 from bench.launch.launcher import (
     LocalLauncher,
     RankFn,
@@ -21,11 +25,13 @@ from bench.launch.launcher import (
     prepare_launch,
     torchrun_env,
 )
+from bench.launch.ref_rounds import Budget, SidePaths, measure_refs
 from bench.results.env import Environment, collect_environment
-from bench.results.store import ResultWriter, RunResult, result_filename
+from bench.results.paths import new_folder
+from bench.results.store import ResultWriter, RunResult, load_result, result_filename
 from bench.suite.config import Case
-from bench.suite.filters import parse_filters
-from bench.suite.loader import Suite, display, load_suite, parse_overrides
+from bench.suite.filters import CaseFilter, parse_filters
+from bench.suite.loader import Override, Suite, display, load_suite, parse_overrides
 from bench.suite.selection import Selection, require_cases, run_device, select
 from gdn_cp.distributed import Platform, resolve_platform
 
@@ -40,6 +46,26 @@ class CaseChoice:
     filters: Sequence[str] = ()
     device: str | None = None
     config: str | None = None
+    filter_flag: str = "--filter"
+    """The flag `filters` came from, for messages (profile's --case)."""
+
+    def choose(
+        self,
+        narrow: Callable[[list[Selection]], list[Selection]] | None = None,
+        *,
+        narrowed_by: str | None = None,
+    ) -> Chosen:
+        """The suite (bench.yaml with the --set overrides) and the selected cases; `narrow` turns the
+        selections into the command's own (verify's forward+backward cases, profile's one case, compare's
+        cases of a result file; `narrowed_by` says what it did, for the message), raising UserError for what
+        it cannot use. UserError when no case is left (bench.suite.selection.require_cases)."""
+        overrides = parse_overrides(self.sets, self.device)
+        suite = load_suite(self.config, overrides)
+        selections = select(suite, self.scenarios, overrides, parse_filters(self.filters))
+        if narrow is not None:
+            selections = narrow(selections)
+        require_cases(selections, self.filters, flag=self.filter_flag, narrowed_by=narrowed_by)
+        return Chosen(suite, selections, overrides)
 
     def argv(self, verb: str, extra: Sequence[str] = ()) -> list[str]:
         """The `bench VERB` command line of this choice, the command's own flags (`extra`) last."""
@@ -52,6 +78,25 @@ class CaseChoice:
             config=self.config,
             extra=extra,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The cases a CaseChoice names: the suite they come from and the selection of each scenario."""
+
+    suite: Suite
+    selections: list[Selection]
+    overrides: list[Override]
+    """The --set and --device overrides as parsed (a command may add to them, as compare does rounds)."""
+
+    @property
+    def cases(self) -> list[Case]:
+        return [c for s in self.selections for c in s.cases]
+
+    @property
+    def name(self) -> str:
+        """A run's name: its scenarios with cases, joined by +."""
+        return "+".join(s.scenario.name for s in self.selections if s.cases)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +119,9 @@ class Session:
         console: Console,
         cases: Callable[[list[Selection]], list[Selection]] | None = None,
     ) -> Session:
-        """Load the suite and select the cases; `cases` turns the selections into the command's own (verify's
-        forward+backward cases, profile's one case), raising UserError for what it cannot use. UserError
-        when --filter leaves no case."""
-        overrides = parse_overrides(choice.sets, choice.device)
-        suite = load_suite(choice.config, overrides)
-        selections = select(suite, choice.scenarios, overrides, parse_filters(choice.filters))
-        if cases is not None:
-            selections = cases(selections)
-        require_cases(selections, choice.filters)
+        """The cases of `choice` (CaseChoice.choose, `cases` narrowing them), on the platform they run on."""
+        chosen = choice.choose(cases)
+        suite, selections = chosen.suite, chosen.selections
         platform = resolve_platform(run_device(suite.config.device, selections))
         job = torchrun_env()
         return cls(choice, suite, selections, platform, job, console_for(job, console))
@@ -214,3 +253,76 @@ def console_for(job: TorchrunEnv | None, console: Console) -> Console:
     """`console` for the process that prints (every local run, rank 0 of a torchrun job), else a silent
     one."""
     return console if leads(job) else Console(quiet=True)
+
+
+def compared_files(
+    sides: Sequence[Side],
+    choice: CaseChoice,
+    *,
+    command: str,
+    save_dir: str | None,
+    console: Console,
+    budget: Budget | None = None,
+    paired: bool = True,
+    runner: interleave.Runner = interleave.run_on_side,
+) -> SidePaths:
+    """Both sides' result files, base then head, for `bench compare` and `bench gate`: two files as they
+    are; with a ref, the chosen cases run on it (bench.launch.ref_rounds), their files in `save_dir`, else
+    <results_dir>/<command>-<date>-<time>. UserError for run options given with two files, or a budget with
+    a file side."""
+    if all(isinstance(s, FileSide) for s in sides):
+        if choice.scenarios or choice.sets or choice.device or budget is not None:
+            raise UserError(
+                "scenarios, --set, --device and --budget choose what to run, but two result files run "
+                "nothing; drop them (--filter narrows the files' cases), or give git refs to run"
+            )
+        return SidePaths([s.path for s in sides if isinstance(s, FileSide)])
+    if budget is not None and any(isinstance(s, FileSide) for s in sides):
+        raise UserError("--budget adds rounds to both sides, so both must be git refs, not a result file")
+    choice, chosen = _choice_for_refs(sides, choice)
+    now = datetime.datetime.now()
+    folder = (
+        Path(save_dir)
+        if save_dir
+        else new_folder(chosen.suite.results_dir / f"{command}-{now:%Y%m%d-%H%M%S}")
+    )
+    return measure_refs(
+        sides,
+        chosen.suite,
+        chosen.selections,
+        folder,
+        sets=choice.sets,
+        device=choice.device,
+        console=console,
+        runner=runner,
+        budget=budget,
+        paired=paired,
+    )
+
+
+def _choice_for_refs(sides: Sequence[Side], choice: CaseChoice) -> tuple[CaseChoice, Chosen]:
+    """What runs on the refs: against a result file, the file's scenarios (unless named) and only the cases
+    it can be compared on; two refs, every case at least the suite's compare_rounds (unless --set rounds
+    says otherwise), which both ways of running refs take as `--set rounds=N`."""
+    file_run = next((load_result(s.path) for s in sides if isinstance(s, FileSide)), None)
+    if file_run is not None:
+        if not choice.scenarios:
+            choice = dataclasses.replace(choice, scenarios=list(file_run.scenarios))
+        keys = {c.key for c in file_run.cases}
+
+        def in_file(selections: list[Selection]) -> list[Selection]:
+            return [dataclasses.replace(s, cases=[c for c in s.cases if c.key() in keys]) for s in selections]
+
+        return choice, choice.choose(in_file, narrowed_by="the result file's cases")
+    chosen = choice.choose()
+    wanted = chosen.suite.config.compare_rounds
+    if min(c.rounds for c in chosen.cases) < wanted and all(o.key != "rounds" for o in chosen.overrides):
+        most = max(c.rounds for c in chosen.cases)
+        choice = dataclasses.replace(choice, sets=[*choice.sets, f"rounds={max(most, wanted)}"])
+        chosen = choice.choose()
+    return choice, chosen
+
+
+def narrowed(run: RunResult, case_filter: CaseFilter) -> RunResult:
+    """`run` with only the cases --filter keeps."""
+    return dataclasses.replace(run, cases=[c for c in run.cases if case_filter.matches(c.case)])

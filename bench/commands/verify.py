@@ -5,8 +5,8 @@ documents) of the scenarios, one launch of `cp` ranks runs gdn_cp.accuracy.compa
 seed (`--seeds N`: seeds seed .. seed + N - 1; in the case's layout, and with packed documents against the
 single-device layer on each document on its own): output and input gradient (max-abs, max
 relative to the reference's scale, rel-L2), every parameter gradient (the same, present and finite) and the
-global gradient norm, against the bars of the scenario's `thresholds` (bench/thresholds.py; unset bars are
-the reference PR's).
+global gradient norm, against the bars of the scenario's `thresholds` (bench/suite/thresholds.py; unset bars
+are the reference PR's).
 
 Trajectory (`--train [STEPS]`): per case, the hybrid model of the scenario's `train:` section trained with
 AdamW on new random batches every step, the single-rank reference (rank 0, full sequence) against the CP
@@ -40,10 +40,14 @@ from bench.errors import UserError, first_line
 from bench.launch.launcher import (
     LocalLauncher,
     Outcome,
+    RankFn,
     TorchrunLauncher,
     warn_oversubscription,
 )
-from bench.results.store import ResultWriter, RunResult
+from bench.render.tables import print_tables
+from bench.render.verification import verification_tables
+from bench.results.store import ResultWriter
+from bench.results.verifications import run_name
 from bench.suite.config import Case, Scenario, TrainSettings
 from bench.suite.loader import ConfigError, display
 from bench.suite.selection import Selection
@@ -53,9 +57,7 @@ from bench.verification import (
     TrainVerification,
     Verification,
     compare_on_rank,
-    print_tables,
     train_on_rank,
-    verification_tables,
 )
 from gdn_cp.distributed import DEFAULT_LAYOUT
 
@@ -124,18 +126,6 @@ def main(args: argparse.Namespace) -> int:
         output=args.output,
         config=args.config,
     )
-
-
-def run_name(scenarios: Sequence[str], *, train: bool) -> str:
-    """The name of a verify run (RunResult.name, and the end of its default file name)."""
-    return ("verify-train-" if train else "verify-") + "+".join(scenarios)
-
-
-def is_verification_run(run: RunResult) -> bool:
-    """Whether a result file was written by `bench verify` (records, or its name when none finished)."""
-    return bool(run.verifications) or run.name in {
-        run_name(list(run.scenarios), train=train) for train in (False, True)
-    }
 
 
 def verification_cases(cases: Sequence[Case]) -> list[Case]:
@@ -296,15 +286,7 @@ def run(
         layer_hook: TEST HOOK: a picklable function applied to every CP layer of the layer comparison
             (compare_layer_under_cp's layer_hook), to break a mode on purpose; never set by the CLI
     """
-    if not scenarios:
-        raise UserError("name the scenario to verify, e.g. `bench verify cpu-verify` (see `bench list`)")
-    if seeds < 1:
-        raise UserError(f"--seeds {seeds}: give a positive number of seeds, e.g. --seeds 100")
-    if train is not None and seeds != 1:
-        raise UserError(
-            "--seeds applies to the layer comparison; --train runs one trajectory per case from the "
-            "scenario's seed (change it with --set seed=N)"
-        )
+    _check_flags(scenarios, seeds, train)
     choice = CaseChoice(scenarios, sets, filters, device, config)
     session = Session.open(
         choice,
@@ -313,16 +295,7 @@ def run(
     )
     selections, console = session.selections, session.console
     names = [s.scenario.name for s in selections]
-    steps_by_scenario: dict[str, int] = {}
-    if train is not None:
-        trained = {s.scenario.name: _check_train(s, train) for s in selections}
-        settings_by_scenario = {name: t[0] for name, t in trained.items()}
-        steps_by_scenario = {name: t[1] for name, t in trained.items()}
-        rank_fn = functools.partial(_train_rank, settings=settings_by_scenario, steps=steps_by_scenario)
-    else:
-        seed_lists = {s.scenario.name: [s.scenario.seed + i for i in range(seeds)] for s in selections}
-        rank_fn = functools.partial(_layer_rank, seeds=seed_lists, layer_hook=layer_hook)
-
+    rank_fn, steps_by_scenario = _rank_fn(selections, seeds, train, layer_hook)
     launcher = session.launcher(rank_fn, timed=False)
     name = run_name(names, train=train is not None)
     extra = [*(["--seeds", str(seeds)] if seeds != 1 else []), *(["--output", output] if output else [])]
@@ -343,6 +316,33 @@ def run(
     if writer is not None:
         console.print(f"results: {escape(display(writer.path))}")
     return exit_code(records)
+
+
+def _check_flags(scenarios: Sequence[str], seeds: int, train: int | str | None) -> None:
+    """UserError for flags that cannot work, before anything is loaded."""
+    if not scenarios:
+        raise UserError("name the scenario to verify, e.g. `bench verify cpu-verify` (see `bench list`)")
+    if seeds < 1:
+        raise UserError(f"--seeds {seeds}: give a positive number of seeds, e.g. --seeds 100")
+    if train is not None and seeds != 1:
+        raise UserError(
+            "--seeds applies to the layer comparison; --train runs one trajectory per case from the "
+            "scenario's seed (change it with --set seed=N)"
+        )
+
+
+def _rank_fn(
+    selections: Sequence[Selection], seeds: int, train: int | str | None, layer_hook: LayerHook | None
+) -> tuple[RankFn, dict[str, int]]:
+    """What each rank runs (the layer comparison over the seeds, or a training trajectory), and with
+    --train the steps per scenario (else empty)."""
+    if train is None:
+        seed_lists = {s.scenario.name: [s.scenario.seed + i for i in range(seeds)] for s in selections}
+        return functools.partial(_layer_rank, seeds=seed_lists, layer_hook=layer_hook), {}
+    trained = {s.scenario.name: _check_train(s, train) for s in selections}
+    steps = {name: t[1] for name, t in trained.items()}
+    settings = {name: t[0] for name, t in trained.items()}
+    return functools.partial(_train_rank, settings=settings, steps=steps), steps
 
 
 def _verify_all(

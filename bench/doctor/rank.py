@@ -12,6 +12,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -21,7 +22,7 @@ from bench.doctor.kernels import ROUNDING_FACTOR, kernel_checks, layer_backends
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, compare_prefill_under_cp, error_stats
-from gdn_cp.distributed import MODES, check_cp_shapes, local_rank, resolve_platform
+from gdn_cp.distributed import MODES, Platform, check_cp_shapes, local_rank, resolve_platform
 from gdn_cp.distributed.collectives import all_gather_single
 from gdn_cp.ops import DEFAULT_BACKEND, chunk_gated_delta_rule, recurrent_gated_delta_rule
 
@@ -47,69 +48,86 @@ LAYER_BARS = Thresholds(
 other summation order and TF32 convolutions, still far below what a wrong exchange gives (order 1)."""
 
 
-def collective_checks(device: torch.device, platform) -> list[Check]:
+def _timed_check(name: str, run: Callable[[], bool], platform: Platform) -> Check:
+    """The backend Check `name`: ok with its time when `run()` gives True; fail when False or it raises."""
+    try:
+        start = time.perf_counter()
+        good = run()
+        platform.synchronize()
+        ms = (time.perf_counter() - start) * 1e3
+    except Exception as exc:
+        return Check("backend", name, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    status: Status = "ok" if good else "fail"
+    return Check("backend", name, status, f"{ms:.1f} ms" + ("" if good else ": wrong values"))
+
+
+def _barrier_ok(device: torch.device, rank: int, world: int) -> bool:
+    """True once every rank has reached the barrier (the first collective: it proves init too)."""
+    dist.barrier()
+    return True
+
+
+def _all_reduce_ok(device: torch.device, rank: int, world: int) -> bool:
+    """Whether summing [1024] of rank + 1 over the ranks gives world (world + 1) / 2 everywhere."""
+    t = torch.full((1024,), float(rank + 1), device=device)
+    dist.all_reduce(t)
+    return bool((t == world * (world + 1) / 2).all())
+
+
+def _all_gather_ok(device: torch.device, rank: int, world: int) -> bool:
+    """Whether gathering [256] of each rank's index gives [world * 256], rank r's block filled with r."""
+    mine = torch.full((256,), float(rank), device=device)
+    got = mine.new_empty(256 * world)
+    all_gather_single(got, mine)
+    return bool((got.view(world, -1) == torch.arange(world, device=device).view(-1, 1)).all())
+
+
+def _all_to_all_ok(device: torch.device, rank: int, world: int) -> bool:
+    """Whether all-to-all of [world * 16] (block j holds j + 100 rank) gives rank r block r of every rank."""
+    mine = torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16) + 100 * rank
+    got = torch.empty_like(mine)
+    dist.all_to_all_single(got, mine)
+    expected = rank + 100 * torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16)
+    return bool((got == expected).all())
+
+
+def _ring_ok(device: torch.device, rank: int, world: int) -> bool:
+    """Whether each rank receives [256] of the previous rank's index from isend/irecv around the ring."""
+    if world == 1:
+        return True
+    send = torch.full((256,), float(rank), device=device)
+    recv = torch.empty_like(send)
+    ops = [
+        dist.P2POp(dist.isend, send, (rank + 1) % world),
+        dist.P2POp(dist.irecv, recv, (rank - 1) % world),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    return bool((recv == (rank - 1) % world).all())
+
+
+def _broadcast_ok(device: torch.device, rank: int, world: int) -> bool:
+    """Whether broadcasting rank 0's [256] of zeros leaves zeros on every rank."""
+    t = torch.full((256,), float(rank), device=device)
+    dist.broadcast(t, src=0)
+    return bool((t == 0).all())
+
+
+COLLECTIVES: tuple[tuple[str, Callable[[torch.device, int, int], bool]], ...] = (
+    ("init + barrier", _barrier_ok),
+    ("all-reduce", _all_reduce_ok),
+    ("all-gather", _all_gather_ok),
+    ("all-to-all", _all_to_all_ok),
+    ("isend/irecv ring", _ring_ok),
+    ("broadcast", _broadcast_ok),
+)
+"""(check name, test(device, rank, world)) of each collective checked, in the order every rank runs them."""
+
+
+def collective_checks(device: torch.device, platform: Platform) -> list[Check]:
     """One call of each collective the modes use, its result checked (every rank knows what it must get)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    out: list[Check] = []
-
-    def check(name: str, run: Callable[[], bool]) -> None:
-        try:
-            start = time.perf_counter()
-            good = run()
-            platform.synchronize()
-            ms = (time.perf_counter() - start) * 1e3
-        except Exception as exc:
-            out.append(Check("backend", name, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
-            return
-        status: Status = "ok" if good else "fail"
-        out.append(Check("backend", name, status, f"{ms:.1f} ms" + ("" if good else ": wrong values")))
-
-    def all_reduce() -> bool:
-        t = torch.full((1024,), float(rank + 1), device=device)
-        dist.all_reduce(t)
-        return bool((t == world * (world + 1) / 2).all())
-
-    def all_gather() -> bool:
-        mine = torch.full((256,), float(rank), device=device)
-        out_ = mine.new_empty(256 * world)
-        all_gather_single(out_, mine)
-        return bool((out_.view(world, -1) == torch.arange(world, device=device).view(-1, 1)).all())
-
-    def all_to_all() -> bool:
-        mine = torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16) + 100 * rank
-        got = torch.empty_like(mine)
-        dist.all_to_all_single(got, mine)
-        expected = rank + 100 * torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16)
-        return bool((got == expected).all())
-
-    def point_to_point() -> bool:
-        if world == 1:
-            return True
-        send = torch.full((256,), float(rank), device=device)
-        recv = torch.empty_like(send)
-        ops = [
-            dist.P2POp(dist.isend, send, (rank + 1) % world),
-            dist.P2POp(dist.irecv, recv, (rank - 1) % world),
-        ]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-        return bool((recv == (rank - 1) % world).all())
-
-    def broadcast() -> bool:
-        t = torch.full((256,), float(rank), device=device)
-        dist.broadcast(t, src=0)
-        return bool((t == 0).all())
-
-    for name, run in (
-        ("init + barrier", lambda: dist.barrier() or True),
-        ("all-reduce", all_reduce),
-        ("all-gather", all_gather),
-        ("all-to-all", all_to_all),
-        ("isend/irecv ring", point_to_point),
-        ("broadcast", broadcast),
-    ):
-        check(name, run)
-    return out
+    return [_timed_check(name, partial(ok, device, rank, world), platform) for name, ok in COLLECTIVES]
 
 
 def matmul_checks(device: torch.device, platform) -> list[Check]:

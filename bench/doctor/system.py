@@ -12,7 +12,7 @@ import torch
 
 from bench.doctor.checks import Check
 from bench.launch.estimate import host_available_bytes, human_bytes
-from bench.measure.contention import FOREIGN_CEILING, STEAL_CEILING, load_average, probe
+from bench.measure.contention import busy, load_average, probe
 from bench.results.env import cpu_model, torch_npu_version
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -103,7 +103,7 @@ def load() -> list[Check]:
         f"others took {window.foreign:.0%} of the CPU, steal {window.steal:.0%}, load {avg:.2f} on "
         f"{cores} cores"
     )
-    if window.foreign > FOREIGN_CEILING or window.steal > STEAL_CEILING:
+    if busy(window) is not None:
         return [
             Check(
                 "system",

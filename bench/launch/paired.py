@@ -5,7 +5,7 @@ catching (about 13%, bimodal, on the 2-core VM this was built on), and unpaired 
 lifetimes of its own, bench.launch.interleave) carry that difference into the ratio's interval. Paired,
 each round of a case is one lifetime in which both refs' layers are built and timed pass by pass in turn
 (bench.measure.rank.measure_pair_on_rank); what the lifetime shares is in both and cancels in the ratio
-(bench.results.statistics.paired_ratio_interval). A round costs one pool start for both sides, not one
+(bench.measure.statistics.paired_ratio_interval). A round costs one pool start for both sides, not one
 `bench run` process per side.
 
 What runs: this checkout's bench (scheduling, timing, memory, contention: the harness) with each ref's

@@ -39,58 +39,83 @@ def check_cases(
     the command times the cases (an interpreted kernel is refused then)."""
     length_key = "local_seq_len" if any(s.local_seq_len for s in scenario.effective_sweeps()) else "seq_len"
     cases = list(cases)
+    # Every case's dtype first: fp64 on an NPU is refused before the memory is read.
     for case in cases:
-        if platform is not None and platform.device_type == "npu" and case.layer.dtype == torch.float64:
-            raise locate.error(
-                ("dtype",),
-                "dtype",
-                f"case {case.case_id}: fp64 on npu: Ascend NPUs have no fp64 matrix units; use fp32 or bf16 "
-                "there (bench verify's metrics are computed in fp64 on the host), or fp64 with --device cpu",
-            )
+        _check_dtype(locate, case, platform)
     memory = available_memory(platform, local_rank) if platform is not None else None
     for case in cases:
-        config = case.layer
-        try:
-            check_cp_shapes(case.mode, config, case.cp)
-        except ValueError as exc:
-            raise locate.error(("cp",), "cp", f"case {case.case_id}: {exc}") from None
-        try:
-            check_cp_shapes(case.mode, config, case.cp, case.seq_len, case.layout)
-        except ValueError as exc:  # zigzag's message names its pieces and the contiguous alternative
-            raise locate.error((length_key,), length_key, f"case {case.case_id}: {exc}") from None
+        _check_shapes(locate, case, length_key)
         _check_documents(locate, case)
         _check_backend(locate, case, platform, timed)
-        if max_local_ranks is not None and case.cp > max_local_ranks:
-            raise locate.error(
-                ("cp",),
-                "cp",
-                f"case {case.case_id} needs {case.cp} ranks on this host, more than the {max_local_ranks} it "
-                "can run usefully; use a smaller cp, or launch across hosts with torchrun (see the README)",
-            )
-        available, ranks = memory.for_ranks(ranks_on_host(case)) if memory is not None else (None, 1)
-        if available is not None:
-            per_rank = estimate_peak_bytes(case)
-            if per_rank * ranks > available:
-                host = f" x {ranks} ranks on this host = {human_bytes(per_rank * ranks)}" if ranks > 1 else ""
-                needs = (
-                    f"case {case.case_id} needs about {human_bytes(per_rank)} per rank by a rough estimate "
-                    f"(bench/launch/estimate.py){host}, but {human_bytes(available)} is available"
-                )
-                chunk = case.layer.chunk_size
-                if chunk > case.local_seq_len:
-                    raise locate.error(
-                        ("chunk_size",),
-                        "chunk_size",
-                        f"{needs}: chunk_size {chunk} pads each rank's {case.local_seq_len} "
-                        f"tokens to a whole chunk, with {chunk} x {chunk} matrices per "
-                        f"head; use a chunk_size of at most {case.local_seq_len}",
-                    )
-                raise locate.error(
-                    (length_key,),
-                    length_key,
-                    f"{needs}; use a shorter {length_key}, a smaller batch or a larger cp, or leave the case "
-                    "out with --filter",
-                )
+        _check_ranks(locate, case, max_local_ranks)
+        if memory is not None:
+            _check_memory(locate, case, memory.for_ranks(ranks_on_host(case)), length_key)
+
+
+def _check_dtype(locate: Locator, case: Case, platform: Platform | None) -> None:
+    """Nothing; a ConfigError for fp64 on an NPU (Ascend has no fp64 matrix units)."""
+    if platform is not None and platform.device_type == "npu" and case.layer.dtype == torch.float64:
+        raise locate.error(
+            ("dtype",),
+            "dtype",
+            f"case {case.case_id}: fp64 on npu: Ascend NPUs have no fp64 matrix units; use fp32 or bf16 "
+            "there (bench verify's metrics are computed in fp64 on the host), or fp64 with --device cpu",
+        )
+
+
+def _check_shapes(locate: Locator, case: Case, length_key: str) -> None:
+    """Nothing; a ConfigError for heads the mode cannot split over cp, then for a sequence it cannot split."""
+    config = case.layer
+    try:
+        check_cp_shapes(case.mode, config, case.cp)
+    except ValueError as exc:
+        raise locate.error(("cp",), "cp", f"case {case.case_id}: {exc}") from None
+    try:
+        check_cp_shapes(case.mode, config, case.cp, case.seq_len, case.layout)
+    except ValueError as exc:  # zigzag's message names its pieces and the contiguous alternative
+        raise locate.error((length_key,), length_key, f"case {case.case_id}: {exc}") from None
+
+
+def _check_ranks(locate: Locator, case: Case, max_local_ranks: int | None) -> None:
+    """Nothing; a ConfigError for more ranks on this host than `max_local_ranks` (None: no limit)."""
+    if max_local_ranks is not None and case.cp > max_local_ranks:
+        raise locate.error(
+            ("cp",),
+            "cp",
+            f"case {case.case_id} needs {case.cp} ranks on this host, more than the {max_local_ranks} it "
+            "can run usefully; use a smaller cp, or launch across hosts with torchrun (see the README)",
+        )
+
+
+def _check_memory(locate: Locator, case: Case, share: tuple[int | None, int], length_key: str) -> None:
+    """Nothing; a ConfigError when the rough peak estimate exceeds `share` (AvailableMemory.for_ranks: bytes
+    available, None: unknown, and the ranks drawing on them), naming chunk_size when it pads the shard."""
+    available, ranks = share
+    if available is None:
+        return
+    per_rank = estimate_peak_bytes(case)
+    if per_rank * ranks <= available:
+        return
+    host = f" x {ranks} ranks on this host = {human_bytes(per_rank * ranks)}" if ranks > 1 else ""
+    needs = (
+        f"case {case.case_id} needs about {human_bytes(per_rank)} per rank by a rough estimate "
+        f"(bench/launch/estimate.py){host}, but {human_bytes(available)} is available"
+    )
+    chunk = case.layer.chunk_size
+    if chunk > case.local_seq_len:
+        raise locate.error(
+            ("chunk_size",),
+            "chunk_size",
+            f"{needs}: chunk_size {chunk} pads each rank's {case.local_seq_len} "
+            f"tokens to a whole chunk, with {chunk} x {chunk} matrices per "
+            f"head; use a chunk_size of at most {case.local_seq_len}",
+        )
+    raise locate.error(
+        (length_key,),
+        length_key,
+        f"{needs}; use a shorter {length_key}, a smaller batch or a larger cp, or leave the case "
+        "out with --filter",
+    )
 
 
 def _check_backend(locate: Locator, case: Case, platform: Platform | None, timed: bool) -> None:

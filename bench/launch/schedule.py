@@ -62,6 +62,24 @@ def round_batches(
     return [Batch(round=index, cp=cp, slots=slots) for cp, slots in by_cp.items()]
 
 
+PASS_WORK = {"forward": 1.0, "forward_backward": 3.0, "prefill": 1.0}
+"""A pass's cost relative to a forward (backward: about twice the forward)."""
+
+
+def slot_work(case: Case) -> float:
+    """A case-round's expected cost, for the time left: its timed passes (warmup and repeats) times the
+    pass's cost times the tokens of the whole batch, plus a start (a pool's lifetime) worth a forward of
+    1K tokens per rank. Kinds differ by orders of magnitude (a 2K forward, a 32K forward+backward), so a
+    count of cases would promise the slow ones at the fast ones' pace."""
+    passes = case.warmup + case.repeat
+    return passes * PASS_WORK.get(case.pass_, 1.0) * case.batch * case.seq_len + 1024.0 * case.cp
+
+
+def work_left(cases: Sequence[Case], done: Mapping[str, int], stop_after: int | None = None) -> float:
+    """The expected cost (slot_work) of the case-rounds still to run."""
+    return sum(max(0, rounds_wanted(c, stop_after) - done.get(c.key(), 0)) * slot_work(c) for c in cases)
+
+
 def slots_left(cases: Sequence[Case], done: Mapping[str, int], stop_after: int | None = None) -> int:
     """Case-rounds still to run (the progress bar's total; failures can end a case sooner)."""
     return sum(max(0, rounds_wanted(c, stop_after) - done.get(c.key(), 0)) for c in cases)

@@ -15,8 +15,8 @@ from typing import Protocol
 from bench.launch.launcher import Outcome
 from bench.launch.schedule import Slot, round_batches, rounds_wanted
 from bench.measure.contention import Contention, Window, probe, with_earlier
+from bench.measure.statistics import estimate
 from bench.measure.timing import summarize
-from bench.results.statistics import estimate
 from bench.results.store import (
     CaseResult,
     MemoryResult,
@@ -143,13 +143,15 @@ def run_rounds(
     stop_after: int | None = None,
     on_start: Callable[[Slot], None] = lambda slot: None,
     on_done: Callable[[Slot, CaseResult], None] = lambda slot, result: None,
+    opening: Window | None = None,
 ) -> list[CaseResult]:
     """Run every case's missing rounds (module docstring); write each result (when `writer` is given)
-    after every round of it. `previous`: results to continue (a resumed file's ok cases). Returns the
-    results of `cases`, in their order."""
+    after every round of it. `previous`: results to continue (a resumed file's ok cases); `opening`: the
+    idle moment the caller already measured (bench run's busy check), else one is measured here. Returns
+    the results of `cases`, in their order."""
     # Windows of the case-rounds run so far, the idle moment before the first: a case too short for the
     # ticks is judged with those just before it (bench.measure.contention.with_earlier).
-    recent = recent_windows()
+    recent = [opening] if opening is not None else recent_windows()
     keys = {c.key() for c in cases}
     latest: dict[str, CaseResult] = {p.key: p for p in previous if p.status == "ok" and p.key in keys}
     done = {key: len(r.rounds) for key, r in latest.items()}

@@ -116,6 +116,15 @@ def probe(seconds: float = MIN_WINDOW_S) -> Window | None:
     return Window.between(before, after, time.process_time() - cpu_before)
 
 
+def busy(window: Window | None) -> str | None:
+    """Why the machine is too busy to time on in `window` (an idle moment of this process), in words, or
+    None when it is idle (or /proc/stat is missing): over FOREIGN_CEILING of the CPU taken by others, or
+    over STEAL_CEILING stolen by the hypervisor, the ceilings that flag a case as contended."""
+    if window is None or (window.foreign <= FOREIGN_CEILING and window.steal <= STEAL_CEILING):
+        return None
+    return f"others took {window.foreign:.0%} of the CPU, steal {window.steal:.0%}"
+
+
 def load_average() -> float | None:
     try:
         return os.getloadavg()[0]

@@ -40,9 +40,10 @@ from torch.distributed import ProcessGroup
 from bench.measure.contention import Contention, RankReading, cpu_ticks, judge, load_average, pin_threads
 from bench.measure.inputs import INPUT, OUTPUT_GRAD, local_ranges, shard_tensor
 from bench.measure.library import THIS, Library, load_library
-from bench.measure.memory import measure_peak, tensor_bytes
+from bench.measure.memory import MemoryReading, measure_peak, tensor_bytes
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from bench.suite.config import Case
+from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import Platform, local_rank, local_world_size, resolve_platform
 from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.dtypes import accumulation_dtype, matmul_precision
@@ -217,6 +218,73 @@ def measure_pair_on_rank(
         return _measure(paired.case, platform, group, libraries, first=paired.first)
 
 
+Built = tuple[Callable[[], torch.Tensor | None], Callable[[], None], list[torch.Tensor]]
+"""(step, clear_grads, live tensors) of one built pass (build_pass)."""
+
+Gathered = tuple[list[list[float]], list[MemoryReading], float, RankReading, bool]
+"""What each rank hands the others: ([side][repeat] seconds, [side] memory, matmul GFLOP/s, contention
+reading, pinned)."""
+
+
+def _peak_memories(built: Sequence[Built], platform: Platform) -> list[MemoryReading]:
+    """[side] the peak memory of one pass of each built side on this rank, the other sides' tensors apart."""
+    memories = []
+    for side, (step, clear_grads, live) in enumerate(built):
+        # the last warmup pass (module docstring); the other sides' tensors are not this side's memory
+        others = tensor_bytes(t for i, other in enumerate(built) if i != side for t in other[2])
+        memories.append(measure_peak(step, platform, live, foreign_bytes=others))
+        clear_grads()
+    return memories
+
+
+def _core_gflops(
+    layer: GatedDeltaNetConfig, dtype: torch.dtype, device: torch.device, platform: Platform
+) -> float:
+    """This rank's GFLOP/s of the core's [chunk, head_k_dim] @ [head_k_dim, head_v_dim] in `dtype`."""
+    return matmul_gflops(
+        layer.chunk_size,
+        layer.head_k_dim,
+        layer.head_v_dim,
+        dtype=dtype,
+        device=device,
+        platform=platform,
+    )
+
+
+def _gather(mine: Gathered, group: ProcessGroup | None) -> list[Gathered]:
+    """[rank] every rank's Gathered, the same on all ranks (one all_gather_object over `group`)."""
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    return everyone
+
+
+def _side_results(
+    everyone: list[Gathered],
+    side: int,
+    *,
+    meter: str,
+    platform: Platform,
+    core_dtype: torch.dtype,
+    device: torch.device,
+    contention: Contention,
+) -> RankResults:
+    """The RankResults of `side` (an index into the libraries) from every rank's Gathered."""
+    return RankResults(
+        samples_s=[r[0][side] for r in everyone],
+        peak_bytes=[r[1][side].peak_bytes for r in everyone],
+        baseline_bytes=[r[1][side].baseline_bytes for r in everyone],
+        device_used_bytes=_per_rank(everyone, side, "device_used_bytes"),
+        device_used_before_bytes=_per_rank(everyone, side, "device_used_before_bytes"),
+        reserved_peak_bytes=_per_rank(everyone, side, "reserved_peak_bytes"),
+        meter=meter,
+        device_name=platform.device_name(local_rank()),
+        threads=torch.get_num_threads(),
+        matmul_gflops=[r[2] for r in everyone],
+        matmul_dtype=matmul_dtype_name(core_dtype, device),
+        contention=contention,
+    )
+
+
 def _measure(
     case: Case,
     platform: Platform,
@@ -236,31 +304,16 @@ def _measure(
     built = [build_pass(case, platform, group, library) for library in libraries]
     for step, clear_grads, _ in built:
         warm(step, clear_grads, max(0, case.warmup - 1))
-    memories = []
-    for side, (step, clear_grads, live) in enumerate(built):
-        # the last warmup pass (module docstring); the other sides' tensors are not this side's memory
-        others = tensor_bytes(t for i, other in enumerate(built) if i != side for t in other[2])
-        memories.append(measure_peak(step, platform, live, foreign_bytes=others))
-        clear_grads()
+    memories = _peak_memories(built, platform)
     samples = time_passes(
         [(step, clear) for step, clear, _ in built], case.repeat, platform, group, first=first
     )
     reading = RankReading(socket.gethostname(), time.process_time() - cpu_before, ticks_before, cpu_ticks())
     load_after = load_average()
     dist.barrier(group)
-    layer = case.layer
-    core_dtype, device = accumulation_dtype(layer.dtype), built[0][2][-1].device
-    calibration = matmul_gflops(
-        layer.chunk_size,
-        layer.head_k_dim,
-        layer.head_v_dim,
-        dtype=core_dtype,
-        device=device,
-        platform=platform,
-    )
-    mine = (samples, memories, calibration, reading, pinned)
-    everyone: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, mine, group=group)
+    core_dtype, device = accumulation_dtype(case.layer.dtype), built[0][2][-1].device
+    calibration = _core_gflops(case.layer, core_dtype, device, platform)
+    everyone = _gather((samples, memories, calibration, reading, pinned), group)
     contention = judge(
         [r[3] for r in everyone],
         load_before=load_before,
@@ -268,18 +321,13 @@ def _measure(
         pinned=all(r[4] for r in everyone),
     )
     return [
-        RankResults(
-            samples_s=[r[0][side] for r in everyone],
-            peak_bytes=[r[1][side].peak_bytes for r in everyone],
-            baseline_bytes=[r[1][side].baseline_bytes for r in everyone],
-            device_used_bytes=_per_rank(everyone, side, "device_used_bytes"),
-            device_used_before_bytes=_per_rank(everyone, side, "device_used_before_bytes"),
-            reserved_peak_bytes=_per_rank(everyone, side, "reserved_peak_bytes"),
+        _side_results(
+            everyone,
+            side,
             meter=memories[side].meter,
-            device_name=platform.device_name(local_rank()),
-            threads=torch.get_num_threads(),
-            matmul_gflops=[r[2] for r in everyone],
-            matmul_dtype=matmul_dtype_name(core_dtype, device),
+            platform=platform,
+            core_dtype=core_dtype,
+            device=device,
             contention=contention,
         )
         for side in range(len(libraries))

@@ -30,6 +30,7 @@ from scipy.stats import linregress
 
 from bench.launch.estimate import estimate_peak_bytes
 from bench.model.links import Interconnect, steps
+from bench.render.formats import case_seconds
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import Case
 from gdn_cp.distributed import mode_class
@@ -47,11 +48,10 @@ def pipeline(mode: str) -> str:
 
 
 def measured_s(result: CaseResult) -> float:
-    """A case's measured time: its estimate across rounds (bench.results.statistics), else its median."""
-    if result.estimate is not None:
-        return result.estimate.median_s
-    assert result.timing is not None, f"{result.key} has no timing"
-    return result.timing.median_s
+    """A measured case's time, the one every view prints (bench.render.formats.case_seconds)."""
+    seconds = case_seconds(result)
+    assert seconds is not None, f"{result.key} has no timing"
+    return seconds
 
 
 def _flops_per_token(config: GatedDeltaNetConfig, backward: bool) -> float:

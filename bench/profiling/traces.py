@@ -157,14 +157,11 @@ def _label(op: dict[str, Any], labels: Sequence[dict[str, Any]]) -> tuple[str | 
     return None, False
 
 
-def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
-    """The profiled steps of one rank's Chrome trace and the collectives inside each."""
-    events = _x_events(trace)
-    steps = sorted((e for e in events if e["name"] == STEP_LABEL), key=lambda e: float(e["ts"]))
-    timeline = RankTimeline(rank=rank)
-    if not steps:
-        return timeline
-    main = steps[0].get("tid")
+def _main_thread_events(
+    events: list[dict[str, Any]], main: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the c10d collective ops, by start; the waits for posted transfers, by start; the other gdn_cp
+    ranges) on the thread `main`, the one that runs the steps."""
     ops = sorted(
         (e for e in events if e["name"] in COLLECTIVE_OPS and e.get("tid") == main),
         key=lambda e: float(e["ts"]),
@@ -174,9 +171,24 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
     labels = [
         e for e in on_main if e["name"].startswith(LABEL_PREFIX) and not e["name"].startswith(WAIT_PREFIX)
     ]
-    backend: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    return ops, waits, labels
+
+
+def _backend_events(events: list[dict[str, Any]]) -> defaultdict[str, list[dict[str, Any]]]:
+    """Collective kind -> the backend's events of that kind (BACKEND_EVENTS), by start."""
+    backend: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in sorted((e for e in events if e["name"] in BACKEND_EVENTS), key=lambda e: float(e["ts"])):
         backend[BACKEND_EVENTS[e["name"]]].append(e)
+    return backend
+
+
+def _pair_ops(
+    ops: list[dict[str, Any]],
+    labels: list[dict[str, Any]],
+    backend: defaultdict[str, list[dict[str, Any]]],
+) -> tuple[dict[int, float], set[int], dict[int, tuple[str | None, bool]]]:
+    """(op index -> end of its blocked interval; the asynchronous ops left without a backend event; op
+    index -> its gdn_cp range's kind and whether it posts ahead, _label)."""
     # Pair the i-th asynchronous op of a kind with the i-th backend event of that kind (same order: the
     # calling thread waits for each before it issues the next).
     taken: dict[str, int] = defaultdict(int)
@@ -196,33 +208,64 @@ def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
             else:
                 unpaired.add(i)
         ends[i] = end
+    return ends, unpaired, kinds
+
+
+def _step_ops(
+    step: dict[str, Any],
+    ops: list[dict[str, Any]],
+    ends: dict[int, float],
+    unpaired: set[int],
+    kinds: dict[int, tuple[str | None, bool]],
+) -> tuple[list[Collective], int]:
+    """(the c10d ops that start in `step`, as Collectives timed from its start; how many are unpaired)."""
+    start, stop = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+    collectives, count = [], 0
+    for i, op in enumerate(ops):
+        t = float(op["ts"])
+        if start <= t < stop:
+            kind = COLLECTIVE_OPS[op["name"]]
+            count += i in unpaired
+            collectives.append(
+                Collective(
+                    kind=kinds[i][0] or kind,
+                    op=op["name"],
+                    start_us=t - start,
+                    end_us=min(ends[i], stop) - start,
+                    peer=_peer(op) if kind == P2P else None,
+                )
+            )
+    return collectives, count
+
+
+def _step_waits(step: dict[str, Any], waits: list[dict[str, Any]]) -> list[Collective]:
+    """The waits for posted transfers that start in `step`, as Collectives timed from its start."""
+    start, stop = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+    out = []
+    for w in waits:
+        t = float(w["ts"])
+        if start <= t < stop:
+            end = min(t + float(w["dur"]), stop)
+            kind = w["name"][len(WAIT_PREFIX) :]
+            out.append(Collective(kind=kind, op=WAIT_OP, start_us=t - start, end_us=end - start))
+    return out
+
+
+def read_timeline(trace: dict[str, Any], rank: int) -> RankTimeline:
+    """The profiled steps of one rank's Chrome trace and the collectives inside each."""
+    events = _x_events(trace)
+    steps = sorted((e for e in events if e["name"] == STEP_LABEL), key=lambda e: float(e["ts"]))
+    timeline = RankTimeline(rank=rank)
+    if not steps:
+        return timeline
+    ops, waits, labels = _main_thread_events(events, steps[0].get("tid"))
+    ends, unpaired, kinds = _pair_ops(ops, labels, _backend_events(events))
     for step in steps:
-        start, stop = float(step["ts"]), float(step["ts"]) + float(step["dur"])
-        st = StepTimeline(duration_us=float(step["dur"]))
-        for i, op in enumerate(ops):
-            t = float(op["ts"])
-            if start <= t < stop:
-                kind = COLLECTIVE_OPS[op["name"]]
-                timeline.unpaired += i in unpaired
-                st.collectives.append(
-                    Collective(
-                        kind=kinds[i][0] or kind,
-                        op=op["name"],
-                        start_us=t - start,
-                        end_us=min(ends[i], stop) - start,
-                        peer=_peer(op) if kind == P2P else None,
-                    )
-                )
-        for w in waits:
-            t = float(w["ts"])
-            if start <= t < stop:
-                end = min(t + float(w["dur"]), stop)
-                kind = w["name"][len(WAIT_PREFIX) :]
-                st.collectives.append(
-                    Collective(kind=kind, op=WAIT_OP, start_us=t - start, end_us=end - start)
-                )
-        st.collectives.sort(key=lambda c: c.start_us)
-        timeline.steps.append(st)
+        collectives, step_unpaired = _step_ops(step, ops, ends, unpaired, kinds)
+        timeline.unpaired += step_unpaired
+        collectives += _step_waits(step, waits)
+        collectives.sort(key=lambda c: c.start_us)
+        timeline.steps.append(StepTimeline(duration_us=float(step["dur"]), collectives=collectives))
     return timeline
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from bench.results.tables import TableData
+from bench.render.tables import TableData
 
 if TYPE_CHECKING:  # bench.render.plots imports matplotlib: only load it when a chart is drawn
     from bench.render.plots import Chart

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from bench.judge.history import CaseHistory, History, change_text
 from bench.measure.memory import MEMORY_RESOLUTION_MIB
 from bench.render.document import Image, Links, Paragraph, Section, Table, render_html
+from bench.render.formats import format_time
 from bench.render.plots import Chart
-from bench.results.history import CaseHistory, History, change_text
-from bench.results.statistics import format_estimate
 
 CHART_DPI = 80
 """Lower than the report's: a page holds a chart per case (about 40 KB each at this resolution)."""
@@ -56,6 +56,12 @@ def _chart(history: History, case: CaseHistory) -> Chart:
         if result.memory is not None:
             memory.append((i, result.memory.peak_mib))
     ax_t.errorbar(xs_ok, times, yerr=[down, up], fmt="o-", capsize=3, color="#1565c0", lw=1)
+    shared = [(x, t) for x, t in zip(xs_ok, times, strict=True) if case.contended(x)]
+    if shared:  # a contended run's point is hollow and ringed: its time is not the code's alone
+        ax_t.plot(
+            *zip(*shared, strict=True), "o", ms=11, mfc="none", mec="#ef6c00", mew=1.5, label="contended"
+        )
+        ax_t.legend(loc="lower left", fontsize=7)
     ax_m.plot([i for i, _ in memory], [m for _, m in memory], "s-", color="#6a1b9a", lw=1, ms=4)
     for i, run in enumerate(history.runs):
         if run.run is None:  # the commit's bench could not run
@@ -107,9 +113,9 @@ def _runs_table(history: History, case: CaseHistory) -> Table:
                 run.commit.short,
                 run.date[:16].replace("T", " "),
                 (run.commit.subject or "")[:70],
-                format_estimate(result.estimate) if result is not None else "-",
+                format_time(result),
                 memory,
-                change_text(step) if step is not None else "",
+                change_text(step, contended=case.change_contended(step)) if step is not None else "",
                 status,
             ]
         )
@@ -138,7 +144,7 @@ def _changes_table(history: History) -> Table:
                     case.key,
                     run.commit.short,
                     run.date[:10],
-                    change_text(change),
+                    change_text(change, contended=case.change_contended(change)),
                     (run.commit.subject or "")[:60],
                 ]
             )
@@ -146,11 +152,18 @@ def _changes_table(history: History) -> Table:
     return Table(columns=columns, rows=rows, align=["left"] * len(columns))
 
 
+def _contention(history: History) -> list[Paragraph]:
+    """The history's contention line, for the top of each page that shows it (none when no run was)."""
+    shared = history.contention_summary()
+    return [] if shared is None else [Paragraph(text=f"CONTENDED: {shared}")]
+
+
 def scenario_page(history: History) -> str:
     sections = [
         Section(
             title="Changes",
             blocks=[
+                *_contention(history),
                 _changes_table(history),
                 Paragraph(text=METHOD_NOTE, small=True),
                 Links(items=[("all scenarios", "index.html")]),
@@ -179,6 +192,7 @@ def index_page(histories: Sequence[History]) -> str:
             Links(
                 items=[(f"{h.scenario} on {h.machine}: {len(h.runs)} runs, {first} to {last}", page_name(h))]
             ),
+            *_contention(h),
             _changes_table(h),
         ]
         if failed:

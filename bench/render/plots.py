@@ -9,7 +9,7 @@ Charts, with stable file names so that the README can embed them (`<name>.png`, 
     strong_scaling       fixed global sequence: speedup t(cp=1) / t(cp) vs CP degree, ideal speedup = cp
     memory_vs_seq        peak allocated vs global sequence length per mode, one panel per CP degree; log-log
     comm_vs_seq          bytes sent + received by the busiest rank per pass, per mode and CP degree > 1
-                         (bench.results.traffic: the communication model, equal to the counted bytes)
+                         (bench.judge.traffic: the communication model, equal to the counted bytes)
     checkpoint_summary   summary checkpoint on vs off (summary modes): time cost (%) and memory saved (MiB)
     overlap_ablation     overlap on vs off (the summary modes): the same two panels
 
@@ -36,12 +36,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
+from bench.judge import analysis
+from bench.judge.analysis import PASS_LABELS, Variant, source_label
+from bench.judge.traffic import bytes_moved
 from bench.measure.memory import MEMORY_RESOLUTION_MIB
-from bench.results import analysis
-from bench.results.analysis import PASS_LABELS, Variant, source_label
+from bench.render.formats import contended_cases, format_tokens, mostly_contended
 from bench.results.store import CaseResult, RunResult
-from bench.results.tables import contended_cases, format_tokens, mostly_contended
-from bench.results.traffic import bytes_moved
 from gdn_cp.distributed import MODES, mode_order
 
 FORMATS = ("png", "svg")
@@ -683,50 +683,54 @@ def _no_effect(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.Switch) -> Figure | str:
-    """Time cost (%) and memory saved (MiB) of `switch` on against off, per point, mode and source; a panel
-    whose every effect is within noise (each time interval holds 0; each memory delta below
-    MEMORY_RESOLUTION_MIB) says so instead of drawing bars."""
-    rows = {s.label: [r for r in analysis.ablation(s.run, switch) if r.scenario == scenario] for s in sources}
-    if not any(rows.values()):
-        return f"no {'/'.join(switch.modes)} case ran with {switch.on_label} both on and off"
-    every = [r for rs in rows.values() for r in rs]
-    time_noise = all(r.within_noise for r in every)
-    memory_noise = not any(_memory_drawn(r) for r in every)
-    points = sorted({(r.cp, r.seq_len) for rs in rows.values() for r in rs})
-    modes = [m for m in switch.modes if any(r.mode == m for rs in rows.values() for r in rs)]
-    passes = {r.pass_ for rs in rows.values() for r in rs}
-    groups = [(i, s, m) for i, s in enumerate(sources) for m in modes]
-    width_in = max(6.0, 0.28 * len(points) * len(groups) + 0.5 * len(points))
-    fig = Figure(figsize=(width_in + 1.8, 6.2), layout="constrained")
-    ax_time, ax_mem = fig.subplots(2, 1, sharex=True)
-    width = min(0.8 / len(groups), 0.3)  # a lone point keeps slim bars
-    for g, (i, s, mode) in enumerate(groups):
-        by_point = {(r.cp, r.seq_len): r for r in rows[s.label] if r.mode == mode}
-        xs = [x + (g - (len(groups) - 1) / 2) * width for x, p in enumerate(points) if p in by_point]
-        found = [by_point[p] for p in points if p in by_point]
-        if not found:
-            continue
-        style = {
-            "width": width,
-            "color": mode_style(mode)[0],
-            "hatch": SOURCE_HATCHES[i % len(SOURCE_HATCHES)],
-            "edgecolor": "white" if i == 0 else "black",
-            "linewidth": 0.5,
-        }
-        costs = [r.time_cost_pct for r in found]
-        spreads = [r.time_cost_range_pct for r in found]
-        if not time_noise:
-            ax_time.bar(
-                xs,
-                costs,
-                yerr=_spread(costs, spreads),
-                capsize=2,
-                error_kw={"linewidth": 0.8},
-                **style,
-            )
-        saved = [(x, r.memory_saved_mib) for x, r in zip(xs, found, strict=True) if _memory_drawn(r)]
-        ax_mem.bar([x for x, _ in saved], [m for _, m in saved], **style)
+def _ablation_rows(
+    sources: Sequence[Source], scenario: str, switch: analysis.Switch
+) -> dict[str, list[analysis.AblationRow]]:
+    """Source label -> the rows of `switch` on against off in `scenario`, from that source's run."""
+    return {s.label: [r for r in analysis.ablation(s.run, switch) if r.scenario == scenario] for s in sources}
+
+
+def _bar_style(mode: str, source: int, width: float) -> dict[str, Any]:
+    """matplotlib bar keywords of one (source, mode) group: the mode's colour, the source's hatch."""
+    return {
+        "width": width,
+        "color": mode_style(mode)[0],
+        "hatch": SOURCE_HATCHES[source % len(SOURCE_HATCHES)],
+        "edgecolor": "white" if source == 0 else "black",
+        "linewidth": 0.5,
+    }
+
+
+def _ablation_bars(
+    ax_time: Any,
+    ax_mem: Any,
+    found: list[analysis.AblationRow],
+    xs: list[float],
+    style: dict[str, Any],
+    *,
+    time_noise: bool,
+) -> None:
+    """Nothing; draws one group's bars at `xs`: time cost with its spread (unless every effect is noise)
+    and the memory saved where drawn (_memory_drawn)."""
+    costs = [r.time_cost_pct for r in found]
+    spreads = [r.time_cost_range_pct for r in found]
+    if not time_noise:
+        ax_time.bar(
+            xs,
+            costs,
+            yerr=_spread(costs, spreads),
+            capsize=2,
+            error_kw={"linewidth": 0.8},
+            **style,
+        )
+    saved = [(x, r.memory_saved_mib) for x, r in zip(xs, found, strict=True) if _memory_drawn(r)]
+    ax_mem.bar([x for x, _ in saved], [m for _, m in saved], **style)
+
+
+def _ablation_axes(
+    ax_time: Any, ax_mem: Any, switch: analysis.Switch, points: list[tuple[int, int]], passes: set[str]
+) -> None:
+    """Nothing; sets both panels' titles, labels, ticks (one per (cp, length) point) and zero line."""
     labels = [f"CP{cp}\n{format_tokens(n)}" for cp, n in points]
     pass_label = " / ".join(PASS_LABELS[p] for p in analysis.PASSES if p in passes)
     for ax, title, unit in (
@@ -745,6 +749,33 @@ def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.S
         ax.set_ylabel(unit)
         ax.grid(True, axis="y", alpha=0.3)
     ax_mem.set_xlabel("CP degree, global sequence length")
+
+
+def _ablation_chart(sources: Sequence[Source], scenario: str, switch: analysis.Switch) -> Figure | str:
+    """Time cost (%) and memory saved (MiB) of `switch` on against off, per point, mode and source; a panel
+    whose every effect is within noise (each time interval holds 0; each memory delta below
+    MEMORY_RESOLUTION_MIB) says so instead of drawing bars."""
+    rows = _ablation_rows(sources, scenario, switch)
+    if not any(rows.values()):
+        return f"no {'/'.join(switch.modes)} case ran with {switch.on_label} both on and off"
+    every = [r for rs in rows.values() for r in rs]
+    time_noise = all(r.within_noise for r in every)
+    memory_noise = not any(_memory_drawn(r) for r in every)
+    points = sorted({(r.cp, r.seq_len) for r in every})
+    modes = [m for m in switch.modes if any(r.mode == m for r in every)]
+    passes = {r.pass_ for r in every}
+    groups = [(i, s, m) for i, s in enumerate(sources) for m in modes]
+    width_in = max(6.0, 0.28 * len(points) * len(groups) + 0.5 * len(points))
+    fig = Figure(figsize=(width_in + 1.8, 6.2), layout="constrained")
+    ax_time, ax_mem = fig.subplots(2, 1, sharex=True)
+    width = min(0.8 / len(groups), 0.3)  # a lone point keeps slim bars
+    for g, (i, s, mode) in enumerate(groups):
+        by_point = {(r.cp, r.seq_len): r for r in rows[s.label] if r.mode == mode}
+        xs = [x + (g - (len(groups) - 1) / 2) * width for x, p in enumerate(points) if p in by_point]
+        found = [by_point[p] for p in points if p in by_point]
+        if found:
+            _ablation_bars(ax_time, ax_mem, found, xs, _bar_style(mode, i, width), time_noise=time_noise)
+    _ablation_axes(ax_time, ax_mem, switch, points, passes)
     if time_noise:
         _no_effect(ax_time, f"no time cost told from noise: every 95% interval of {len(every)} holds 0")
     if memory_noise:

@@ -17,30 +17,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import first_line
+from bench.judge import analysis
+from bench.judge.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
+from bench.judge.comparison import comparability, compare_runs
+from bench.judge.gate import gate
+from bench.judge.reference import not_measured, reference_tables
+from bench.measure.statistics import RatioInterval, format_ratio, ratio_interval
 from bench.render.document import Image, Paragraph, Section, Table, document_blocks
-from bench.render.plots import Source, scenario_charts, sources_for
-from bench.results import analysis
-from bench.results.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
-from bench.results.comparison import comparability, compare_runs
-from bench.results.gate import accuracy_table, gate, timing_table
-from bench.results.statistics import RatioInterval, format_ratio, ratio_interval
-from bench.results.store import RunResult
-from bench.results.tables import (
+from bench.render.formats import (
     TIME_NOTE,
-    TableData,
     contended_cases,
     contention_summary,
-    documents_table,
     format_mib,
     format_time,
     format_tokens,
     incomplete_summary,
     mostly_contended,
-    not_measured,
-    reference_table_data,
-    reference_tables,
 )
-from bench.verification.tables import verification_tables
+from bench.render.gate import accuracy_table, timing_table
+from bench.render.plots import Source, scenario_charts, sources_for
+from bench.render.tables import TableData, documents_table, reference_table_data
+from bench.render.verification import verification_tables
+from bench.results.store import RunResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +159,7 @@ def _same_code(a: RunResult, b: RunResult) -> bool:
 
 def base_vs_head(runs: Sequence[ReportRun]) -> Section | None:
     """Two timing runs sharing cases: the first is base, the second head; the verify files of each side's
-    commit are its accuracy checks. Judged as `bench gate` judges (bench.results.gate)."""
+    commit are its accuracy checks. Judged as `bench gate` judges (bench.judge.gate)."""
     timing = _timing(runs)
     if len(timing) != 2:
         return None
@@ -189,7 +187,7 @@ def base_vs_head(runs: Sequence[ReportRun]) -> Section | None:
 def _side_by_side(runs: Sequence[ReportRun], scenario: str) -> Table:
     """Every ok case of `scenario` in any of several runs: one row per case, a time column per run and the
     ratio of each later run to the first (its 95% interval across rounds); `n/c` where the two are not
-    comparable (another machine, device, torch or scenario definition: bench.results.comparison)."""
+    comparable (another machine, device, torch or scenario definition: bench.judge.comparison)."""
     first = runs[0]
     keys = list(
         dict.fromkeys(
@@ -308,7 +306,25 @@ def _ablation_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
 
 
 def _noise(p: ScalingPoint) -> str:
-    return " within noise" if p.within_noise else ""
+    """What a reader must know beside a scaling figure: within noise, and its caveat (ScalingPoint.caveat)."""
+    return (" within noise" if p.within_noise else "") + (f" ({p.caveat})" if p.caveat else "")
+
+
+CAVEAT_NOTE = (
+    "contended: a side was timed on a shared machine, so no efficiency is given; implausible: above ideal "
+    "(efficiency over 100%): the ranks shared cores or the rounds drifted, not CP's doing; interval past "
+    "ideal: its interval holds such values"
+)
+
+
+def _speedup(p: ScalingPoint) -> str:
+    """`1.62x [1.41, 1.86] (81%)`: a strong-scaling speedup, its interval and the efficiency."""
+    return f"{format_ratio(p.interval)} ({100 * p.efficiency:.0f}%)"
+
+
+def _scaling_cell(p: ScalingPoint, figure: Callable[[ScalingPoint], str]) -> str:
+    """A scaling figure with its flags, or only the flag where a side was contended."""
+    return "- (contended)" if p.contended and p.cp > 1 else figure(p) + _noise(p)
 
 
 def _percent(interval: RatioInterval) -> str:
@@ -362,7 +378,7 @@ def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
                         "global seq",
                         strong,
                         degrees,
-                        lambda p: f"{format_ratio(p.interval)} ({100 * p.ratio / p.cp:.0f}%)" + _noise(p),
+                        lambda p: _scaling_cell(p, _speedup),
                     )
                 )
             weak = [
@@ -379,7 +395,7 @@ def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
                         "per rank",
                         weak,
                         degrees,
-                        lambda p: _percent(p.interval) + _noise(p),
+                        lambda p: _scaling_cell(p, lambda q: _percent(q.interval)),
                     )
                 )
     if blocks:
@@ -388,7 +404,10 @@ def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
                 text="Ideal: strong scaling speedup = cp (efficiency 100%); weak scaling efficiency 100% (as "
                 "many tokens per rank, as much time). Ratios of the cases' estimates, with the 95% interval "
                 "across rounds; within noise: the interval holds 1 (this run cannot tell t(cp) from "
-                "t(cp=1)). Summary modes with summary checkpoint on where it ran. " + TIME_NOTE,
+                "t(cp=1)). Summary modes with summary checkpoint on where it ran. "
+                + CAVEAT_NOTE
+                + ". "
+                + TIME_NOTE,
                 small=True,
             )
         )

@@ -1,3 +1,4 @@
-"""What was measured, stored and compared: result files (store, with the environment from env and the
-`bench verify` records of verifications), base-vs-head comparison, the analysis behind charts and reports,
-and the terminal tables."""
+"""The result file: one JSON file per run (store), with its environment (env), the `bench verify` records
+(verifications), the format's history and conversions (migrate), its JSON Schema (schema), rows for
+pandas (export) and names that never overwrite (paths). How results are judged lives in bench.judge; how
+they print, in bench.render."""

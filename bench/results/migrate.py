@@ -26,14 +26,10 @@ older version is converted step by step, as plain JSON data, into the current la
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from bench.measure.timing import rank_max
-from bench.results.statistics import estimate
 
 SCHEMA_VERSION = 6
 """The version `bench run` writes. Bump it when the layout changes, add a line above and a step below."""
@@ -63,6 +59,26 @@ LAYER_KEYS_2 += ("conv_kernel_size", "chunk_size", "dtype")
 """The layer's keys of a version-2 case, flat among its other keys."""
 
 
+V2_ESTIMATE_METHOD = "geometric mean of round medians, Student t interval on their logarithms"
+"""How version 2 named its estimate. A version-1 case becomes one round, whose estimate is that round's
+median with no interval; the arithmetic is written out here, frozen, so that a later change to the live
+statistics (bench.measure.statistics, bench.measure.timing) never changes how an old file reads."""
+
+
+def _v1_estimate(samples: list[list[float]]) -> Data:
+    """The version-2 estimate of one round of [rank][repeat] samples: the median over repeats of the
+    slowest rank, no interval."""
+    median = float(np.median(np.max(np.asarray(samples, dtype=float), axis=0)))
+    return {
+        "median_s": median,
+        "low_s": None,
+        "high_s": None,
+        "rounds": 1,
+        "confidence": 0.95,
+        "method": V2_ESTIMATE_METHOD,
+    }
+
+
 def _v1_case(case: Data) -> Data:
     out = {k: v for k, v in case.items() if k != "samples_s"}
     out["params"] = {**case["params"], "rounds": 1}
@@ -80,8 +96,7 @@ def _v1_case(case: Data) -> Data:
             }
         ]
         if case["status"] == "ok":
-            median = float(np.median(rank_max(samples)))
-            out["estimate"] = dataclasses.asdict(estimate([median]))
+            out["estimate"] = _v1_estimate(samples)
     return out
 
 

@@ -5,9 +5,12 @@ made from the time have one-second resolution, so a taken name gets -2, -3, ... 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+
+from bench.errors import UserError
 
 
 def numbered_paths(path: Path) -> Iterator[Path]:
@@ -40,3 +43,15 @@ def write_new(path: Path, text: str) -> None:
     with O_EXCL, so that nothing is ever written over an existing file)."""
     with path.open("x", encoding="utf-8", newline="") as f:
         f.write(text)
+
+
+def check_out_folder(out: str, flag: str = "--out") -> None:
+    """UserError when a charts folder given by name is an existing file."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"{flag} {out}: is a file; give a folder for the charts (it is created if missing)")
+
+
+def new_charts_folder(results_dir: Path) -> Path:
+    """A new folder <results_dir>/plots-<date>-<time>/ (-2, -3, ... when taken): where charts go unless a
+    folder is named."""
+    return new_folder(results_dir / f"plots-{datetime.datetime.now():%Y%m%d-%H%M%S}")

@@ -3,7 +3,7 @@
     run = RunResult(name=..., environment=..., suite=..., scenarios=..., cases=[])
     writer = ResultWriter(path, run)        # creates the file (no cases yet); never over an existing one
     writer.add(CaseResult(...))             # replaces any earlier result of the same case; rewrites the file
-    run = load_result(path)                 # converts schema 1; refuses other versions
+    run = load_result(path)                 # converts older schemas (migrate); refuses newer ones
 
 Writes are atomic (a temporary file in the same folder, then os.replace), so an interrupted run leaves a
 valid file holding every case finished so far; `bench run --resume FILE` continues it.
@@ -34,13 +34,13 @@ from pydantic import ValidationError
 
 from bench.errors import UserError
 from bench.measure.contention import Contention
+from bench.measure.statistics import Estimate
 from bench.measure.timing import TimingSummary, rank_max
 from bench.records import RECORD_CONFIG, describe_error, from_json, to_dict
 from bench.results.env import Environment, now_iso
 from bench.results.migrate import SCHEMA_VERSION, UPGRADES, upgrade
 from bench.results.paths import numbered_paths
-from bench.results.statistics import Estimate
-from bench.results.verifications import Verification
+from bench.results.verifications import Verification, run_name
 from bench.suite.config import Case, SuiteConfig
 
 Status = Literal["ok", "failed", "skipped"]
@@ -162,7 +162,7 @@ class CaseResult:
     """The rounds measured so far, in the order they ran (ok rounds only; a failure ends the case)."""
     estimate: Estimate | None = None
     """The case's time: geometric mean of its clean rounds' medians with a 95% interval
-    (bench.results.statistics); ok only."""
+    (bench.measure.statistics); ok only."""
     timing: TimingSummary | None = None
     """Rank-max statistics over every timed pass of every round together (ok only)."""
     memory: MemoryResult | None = None
@@ -434,3 +434,10 @@ def _slug(text: str) -> str:
 def result_filename(created: datetime.datetime, branch: str, commit: str, name: str) -> str:
     """`<YYYYmmdd-HHMMSS>-<branch>-<shortcommit>-<name>.json`, with unsafe characters replaced by '-'."""
     return f"{created:%Y%m%d-%H%M%S}-{_slug(branch)}-{_slug(commit[:8])}-{_slug(name)[:80]}.json"
+
+
+def is_verification_run(run: RunResult) -> bool:
+    """Whether a result file was written by `bench verify` (records, or its name when none finished)."""
+    return bool(run.verifications) or run.name in {
+        run_name(list(run.scenarios), train=train) for train in (False, True)
+    }

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
+import numpy as np
 import torch
 from pydantic import Field, computed_field
+from scipy import stats
 
 from bench.records import DROP_DERIVED
 from bench.results.env import now_iso
@@ -30,8 +32,11 @@ VerifyStatus = Literal["ok", "failed", "skipped"]
 skipped: not run (under torchrun, a case of another cp; `error` says why)."""
 
 GROWTH_FACTOR = 2.0
-"""A trajectory's error "grows" when the max over its last third exceeds this multiple of the first
-third's."""
+"""A trajectory's error "grows" when its fitted trend (`error_growth`) multiplies it by more than this from
+the first step to the last, and the trend is significant (GROWTH_ALPHA)."""
+GROWTH_ALPHA = 0.01
+"""One-sided significance of Kendall's test for an upward trend of the log errors over the steps: flat
+noise, however large, is not called growth (a ratio of two thirds' maxima was, at 30 steps)."""
 GROWTH_FLOOR = 4 * torch.finfo(torch.float32).eps
 """Relative errors below this (about 4.8e-7) are fp32 rounding of the loss itself; growth compares
 max(error, floor), so that exact agreement at the start (an error of 0) does not make noise look like
@@ -90,18 +95,40 @@ def relative_errors(actual: Sequence[float], reference: Sequence[float]) -> list
     return out
 
 
-def error_growth(errors: Sequence[float]) -> float | None:
-    """How much a per-step error grew over a trajectory: max over the last third of the steps divided by the
-    max over the first third, each at least GROWTH_FLOOR. None with fewer than 3 steps (no thirds).
+def _log_errors(errors: Sequence[float]) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(errors, dtype=float), GROWTH_FLOOR))
 
-    The error "grows with steps" when this exceeds GROWTH_FACTOR. One number, robust to single noisy steps
-    (maxima over a third, not single points), and independent of the error's scale.
-    """
-    n = len(errors) // 3
-    if n == 0:
+
+def error_growth(errors: Sequence[float]) -> float | None:
+    """How much a per-step error grew over a trajectory along its trend: exp(the Theil-Sen slope of the log
+    errors, each at least GROWTH_FLOOR, per step x the steps between the first and the last). None with
+    fewer than 3 steps. Robust to single noisy steps (a median of pairwise slopes) and independent of the
+    error's scale; `growth_p_value` says whether the trend is more than noise."""
+    if len(errors) < 3:
         return None
-    first, last = max(errors[:n]), max(errors[-n:])
-    return max(last, GROWTH_FLOOR) / max(first, GROWTH_FLOOR)
+    logs = _log_errors(errors)
+    if np.ptp(logs) == 0:
+        return 1.0
+    slope = float(stats.theilslopes(logs, np.arange(logs.size)).slope)
+    return math.exp(slope * (logs.size - 1))
+
+
+def growth_p_value(errors: Sequence[float]) -> float | None:
+    """The one-sided p-value of Kendall's test that the log errors rise with the steps; None with fewer than
+    3 steps, 1.0 when they are all equal."""
+    if len(errors) < 3:
+        return None
+    logs = _log_errors(errors)
+    if np.ptp(logs) == 0:
+        return 1.0
+    return float(stats.kendalltau(np.arange(logs.size), logs, alternative="greater").pvalue)
+
+
+def grows(errors: Sequence[float]) -> bool:
+    """The error grows with the steps: its trend multiplies it by more than GROWTH_FACTOR and is
+    significant at GROWTH_ALPHA."""
+    factor, p = error_growth(errors), growth_p_value(errors)
+    return factor is not None and p is not None and factor > GROWTH_FACTOR and p < GROWTH_ALPHA
 
 
 @dataclass(kw_only=True, slots=True)
@@ -179,8 +206,8 @@ class TrainVerification(Trajectory):
 
     @property
     def grows(self) -> bool:
-        """Whether either relative error grew by more than GROWTH_FACTOR (reported, not a failure)."""
-        return any(g is not None and g > GROWTH_FACTOR for g in (self.loss_growth, self.grad_norm_growth))
+        """Whether either relative error grows with the steps (`grows`; reported, not a failure)."""
+        return grows(self.loss_rel) or grows(self.grad_norm_rel)
 
     def failures(self) -> list[str]:
         """Every failed check: unequal initial weights, non-finite values, errors above the bars."""
@@ -212,3 +239,8 @@ class TrainVerification(Trajectory):
 
 Verification = Annotated[LayerVerification | TrainVerification, Field(discriminator="kind")]
 """Any record of `bench verify`, told apart by its `kind`."""
+
+
+def run_name(scenarios: Sequence[str], *, train: bool) -> str:
+    """The name of a verify run (RunResult.name, and the end of its default file name)."""
+    return ("verify-train-" if train else "verify-") + "+".join(scenarios)

@@ -44,8 +44,9 @@ Device = DeviceKind
 LayerType = Literal["linear_attention", "full_attention"]
 """Token mixer of a hybrid-model layer (gdn_cp.models.Qwen35HybridConfig.layer_types)."""
 GradReduction = Literal["auto", "fsdp2", "all_reduce"]
-MasterWeights = Literal["fp32", "model"]
 """How `bench verify --train` sums parameter gradients over the CP ranks."""
+MasterWeights = Literal["fp32", "model"]
+"""Where `bench verify --train` keeps parameters, gradients and AdamW state: fp32, or the model's dtype."""
 
 PASS_TAGS: dict[str, str] = {"forward": "fwd", "forward_backward": "fwd_bwd", "prefill": "prefill"}
 """How a pass is spelled in case ids."""
@@ -78,7 +79,7 @@ class SuiteConfig:
     rounds: int = DEFAULT_ROUNDS
     """Rounds per case: each round is a separate lifetime of the ranks (a pool), every case once per round,
     in a shuffled order, so that drift spreads over all cases; the case's time and its 95% interval come
-    from the round medians (bench.results.statistics: one round gives no interval)."""
+    from the round medians (bench.measure.statistics: one round gives no interval)."""
     compare_rounds: int = 10
     """Rounds each case gets in a `bench compare` or `bench gate` of two git refs, where its scenario plans
     fewer and no `--set rounds` is given: a verdict on a ratio needs more than an estimate of one time does
@@ -119,7 +120,7 @@ class Sweep:
     local_seq_len: list[int] | None = None
     """Tokens per rank (weak scaling: the global sequence is local_seq_len * cp). Excludes seq_len."""
     mode: list[Mode] | None = None
-    """CP modes; default: all of ulysses, p2p, all_gather."""
+    """CP modes; default: every registered mode (gdn_cp.distributed.MODES: ulysses, p2p, all_gather, scan)."""
     checkpoint: list[bool] | None = None
     """Summary checkpoint on/off (the modes with a summary only; ulysses runs once); default [true]."""
     overlap: list[bool] | None = None
@@ -288,7 +289,8 @@ class Scenario:
     """Rounds per case (separate lifetimes of the ranks, see SuiteConfig.rounds); null: the suite's."""
     thresholds: dict[str, Any] | None = None
     """`bench verify` pass bars: a mapping of bar -> value for every dtype, and optionally per dtype
-    (`fp32: {rel_l2: 1.0e-4}`) on top; unset bars are the PR's. Keys and resolution: bench/thresholds.py."""
+    (`fp32: {rel_l2: 1.0e-4}`) on top; unset bars are the PR's. Keys and resolution:
+    bench/suite/thresholds.py."""
     train: TrainSettings | None = None
     """The hybrid model and optimizer of `bench verify --train` (a mapping; see TrainSettings); null: the
     scenario has no training trajectory."""
@@ -367,7 +369,7 @@ class Scenario:
         )
 
     def bars(self, dtype: str) -> Bars:
-        """`bench verify`'s pass bars for cases of `dtype` (bench/thresholds.py)."""
+        """`bench verify`'s pass bars for cases of `dtype` (bench/suite/thresholds.py)."""
         return self.threshold_spec.for_dtype(dtype)
 
     def cases(self, *, warmup: int, repeat: int, rounds: int = 1) -> list[Case]:

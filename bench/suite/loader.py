@@ -1,7 +1,7 @@
 """Read bench.yaml and scenario files (with `--set key=value` overrides) into configs, and check their cases.
 
 Every mistake is one line naming where (file:line, or the --set that caused it), the key, the problem and
-the fix, e.g. `scenarios/foo.yaml:7: mode: unknown mode 'ring'; use one of ulysses, p2p, all_gather`.
+the fix, e.g. `scenarios/foo.yaml:7: mode: unknown mode 'ring'; use one of ulysses, p2p, all_gather, scan`.
 All of it runs before any rank starts; each file is read once (the checks of its cases against the host,
 bench.launch.preflight, use the Locator it returns).
 

@@ -79,13 +79,23 @@ def run_device(suite_device: str, selections: Sequence[Selection]) -> str:
     return next(iter(devices.values()))
 
 
-def require_cases(selections: Sequence[Selection], filters: Sequence[str]) -> None:
-    """UserError when --filter left no case in any of the selections."""
+def require_cases(
+    selections: Sequence[Selection],
+    filters: Sequence[str],
+    *,
+    flag: str = "--filter",
+    narrowed_by: str | None = None,
+) -> None:
+    """UserError when no case is left in any of the selections: the one "no case left" message of every
+    command that runs or compares cases. `flag`: the flag `filters` came from (profile's --case);
+    `narrowed_by`: what else narrowed them (compare's "the result file's cases")."""
     if any(s.cases for s in selections):
         return
     names = [s.scenario.name for s in selections]
     total = sum(s.total for s in selections)
+    by = [f"{flag} {f' {flag} '.join(filters)}"] if filters else []
+    by += [narrowed_by] if narrowed_by else []
     raise UserError(
-        f"--filter {' --filter '.join(filters)} matches none of the {total} cases of {', '.join(names)}; "
-        f"see `bench list {' '.join(names)}` for their fields"
+        f"{' and '.join(by) or 'the selection'} {'match' if len(by) > 1 else 'matches'} none of the {total} "
+        f"cases of {', '.join(names)}; see `bench list {' '.join(names)}` for their ids and fields"
     )

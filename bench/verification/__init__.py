@@ -1,12 +1,12 @@
-"""`bench verify`: accuracy of CP against the single-device reference, the reference PR's study as a command.
+"""`bench verify`'s rank side: accuracy of CP against the single-device reference, the reference PR's study.
 
 - `compare_on_rank` (layer_rank.py): the CP layer vs the full-sequence reference, per seed, on every rank.
 - `train_on_rank` (train_rank.py): the hybrid model trained under CP vs the single-rank reference.
 - bench.results.verifications: what is stored per case (LayerVerification, TrainVerification).
-- summary.py, tables.py: the reference-shaped tables, for the terminal and for `bench report`.
+- bench.judge.verification and bench.render.verification: the reference-shaped tables, as numbers and as
+  cells, for the terminal and for `bench report`.
 """
 
-from bench.results.tables import print_tables
 from bench.results.verifications import (
     LayerVerification,
     TrainVerification,
@@ -15,7 +15,6 @@ from bench.results.verifications import (
     error_growth,
 )
 from bench.verification.layer_rank import LayerHook, compare_on_rank
-from bench.verification.tables import verification_tables
 from bench.verification.train_rank import train_on_rank
 
 __all__ = [
@@ -26,7 +25,5 @@ __all__ = [
     "Verification",
     "compare_on_rank",
     "error_growth",
-    "print_tables",
     "train_on_rank",
-    "verification_tables",
 ]

@@ -37,7 +37,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from bench.results.verifications import Trajectory
 from bench.suite.config import Case, TrainSettings
-from gdn_cp.distributed import all_reduce_gradients, local_rank, resolve_platform, shard_sequence
+from gdn_cp.distributed import Platform, all_reduce_gradients, local_rank, resolve_platform, shard_sequence
 from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
 
@@ -170,6 +170,110 @@ def _mismatched(model: nn.Module, reference: nn.Module | None) -> tuple[int, lis
     return checked, bad
 
 
+def _cp_mesh(platform: Platform, group: ProcessGroup | None, cp: int) -> DeviceMesh:
+    """The 1-D DeviceMesh "cp" of the case's ranks: over the default group (None) or over `group`."""
+    if group is None:
+        return init_device_mesh(platform.device_type, (cp,), mesh_dim_names=("cp",))
+    return DeviceMesh.from_group(group, platform.device_type, mesh_dim_names=("cp",))
+
+
+def _parallelize(
+    model: Qwen35Hybrid,
+    case: Case,
+    platform: Platform,
+    group: ProcessGroup | None,
+    *,
+    cp: int,
+    reduction: str,
+    cast_dtype: torch.dtype | None,
+) -> MixedPrecision | None:
+    """The hand-made casts of mixed precision (all_reduce with `cast_dtype`), else None; puts `model` under
+    CP (and FSDP2) in place."""
+    if reduction == "fsdp2":
+        mesh = _cp_mesh(platform, group, cp)
+        apply_context_parallel(
+            model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
+        )
+        shard_with_fsdp2(model, mesh, cast_dtype)
+        return None
+    # Without FSDP2 the casts of mixed precision are made by hand: the compute copy runs under CP,
+    # the fp32 master weights only take its gradients and the optimizer's steps.
+    cp_cast = MixedPrecision(model, cast_dtype) if cast_dtype is not None else None
+    apply_context_parallel(
+        cp_cast.compute if cp_cast else model,
+        group,
+        linear_attention_mode=case.mode,
+        checkpoint_summary=bool(case.checkpoint),
+    )
+    return cp_cast
+
+
+def _adamw(model: nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
+    """AdamW over `model`'s parameters at the settings' learning rate and weight decay."""
+    return torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+
+
+def _batch(
+    generator: torch.Generator, vocab_size: int, case: Case, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels), each [batch, seq_len] int64 on `device`: a new random batch, labels = next tokens."""
+    tokens = torch.randint(0, vocab_size, (case.batch, case.seq_len + 1), generator=generator)
+    return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+def _cp_step(
+    model: Qwen35Hybrid,
+    cp_cast: MixedPrecision | None,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    *,
+    reduction: str,
+    group: ProcessGroup | None,
+) -> tuple[float, float]:
+    """(global loss, global gradient norm) of one step of the CP model on this rank's shards of `batch`,
+    then its AdamW step."""
+    inputs, labels = batch
+    shards = shard_sequence(inputs, group), shard_sequence(labels, group)
+    result = (cp_cast.compute if cp_cast else model)(*shards)
+    assert result.loss is not None
+    result.loss.backward()
+    if cp_cast is not None:
+        cp_cast.grads_to_master()
+    if reduction == "all_reduce":
+        all_reduce_gradients(model.parameters(), group)
+    loss = result.loss.detach().float().clone()
+    dist.all_reduce(loss, group=group)  # the ranks' shares sum to the global mean
+    loss_value = loss.item()
+    norm = grad_norm(model, sharded=reduction == "fsdp2", group=group)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if cp_cast is not None:
+        cp_cast.to_compute()
+    return loss_value, norm
+
+
+def _reference_step(
+    reference: Qwen35Hybrid,
+    ref_cast: MixedPrecision | None,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[float, float]:
+    """(loss, gradient norm) of one step of the single-rank reference on the full `batch`, then its AdamW
+    step."""
+    ref_result = (ref_cast.compute if ref_cast else reference)(*batch)
+    assert ref_result.loss is not None
+    ref_result.loss.backward()
+    if ref_cast is not None:
+        ref_cast.grads_to_master()
+    loss = ref_result.loss.detach().float().item()
+    norm = grad_norm(reference, sharded=False)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if ref_cast is not None:
+        ref_cast.to_compute()
+    return loss, norm
+
+
 def train_on_rank(
     case: Case,
     device_kind: str,
@@ -201,70 +305,23 @@ def train_on_rank(
     mixed = config.dtype != compute_dtype  # fp32 master weights, a lower compute dtype
 
     reduction = resolve_grad_reduction(settings.grad_reduction)
-    if reduction == "fsdp2":
-        mesh = (
-            init_device_mesh(platform.device_type, (cp,), mesh_dim_names=("cp",))
-            if group is None
-            else DeviceMesh.from_group(group, platform.device_type, mesh_dim_names=("cp",))
-        )
-        apply_context_parallel(
-            model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
-        )
-        shard_with_fsdp2(model, mesh, compute_dtype if mixed else None)
-        cp_cast = None
-    else:
-        # Without FSDP2 the casts of mixed precision are made by hand: the compute copy runs under CP,
-        # the fp32 master weights only take its gradients and the optimizer's steps.
-        cp_cast = MixedPrecision(model, compute_dtype) if mixed else None
-        apply_context_parallel(
-            cp_cast.compute if cp_cast else model,
-            group,
-            linear_attention_mode=case.mode,
-            checkpoint_summary=bool(case.checkpoint),
-        )
+    cast_dtype = compute_dtype if mixed else None
+    cp_cast = _parallelize(model, case, platform, group, cp=cp, reduction=reduction, cast_dtype=cast_dtype)
     checked, mismatched = _mismatched(model, reference)
     ref_cast = MixedPrecision(reference, compute_dtype) if mixed and reference is not None else None
-
-    def adamw(m: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(m.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-
-    optimizer = adamw(model)
-    ref_optimizer = adamw(reference) if reference is not None else None
+    optimizer = _adamw(model, settings)
+    ref_optimizer = _adamw(reference, settings) if reference is not None else None
     out = Trajectory(grad_reduction=reduction, params_checked=checked, mismatched_params=mismatched)
     generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
     for _ in range(steps):
-        tokens = torch.randint(0, config.vocab_size, (case.batch, case.seq_len + 1), generator=generator)
-        inputs, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)  # labels: the next token
-
-        shards = shard_sequence(inputs, group), shard_sequence(labels, group)
-        result = (cp_cast.compute if cp_cast else model)(*shards)
-        assert result.loss is not None
-        result.loss.backward()
-        if cp_cast is not None:
-            cp_cast.grads_to_master()
-        if reduction == "all_reduce":
-            all_reduce_gradients(model.parameters(), group)
-        loss = result.loss.detach().float().clone()
-        dist.all_reduce(loss, group=group)  # the ranks' shares sum to the global mean
-        out.cp_loss.append(loss.item())
-        out.cp_grad_norm.append(grad_norm(model, sharded=reduction == "fsdp2", group=group))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if cp_cast is not None:
-            cp_cast.to_compute()
-
+        batch = _batch(generator, config.vocab_size, case, device)
+        loss, norm = _cp_step(model, cp_cast, optimizer, batch, reduction=reduction, group=group)
+        out.cp_loss.append(loss)
+        out.cp_grad_norm.append(norm)
         if reference is not None and ref_optimizer is not None:
-            ref_result = (ref_cast.compute if ref_cast else reference)(inputs, labels)
-            assert ref_result.loss is not None
-            ref_result.loss.backward()
-            if ref_cast is not None:
-                ref_cast.grads_to_master()
-            out.ref_loss.append(ref_result.loss.detach().float().item())
-            out.ref_grad_norm.append(grad_norm(reference, sharded=False))
-            ref_optimizer.step()
-            ref_optimizer.zero_grad(set_to_none=True)
-            if ref_cast is not None:
-                ref_cast.to_compute()
+            loss, norm = _reference_step(reference, ref_cast, ref_optimizer, batch)
+            out.ref_loss.append(loss)
+            out.ref_grad_norm.append(norm)
 
     shared = [out]
     dist.broadcast_object_list(shared, src=0, group=group)  # rank 0 holds the reference's numbers

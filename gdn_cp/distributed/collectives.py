@@ -203,6 +203,26 @@ def exchange_halos(
     if size == 1:
         return [p[:, :0] for p in pieces]
 
+    tails, received = _exchange_tails(pieces, mine, owners, width, group)
+    halos = []
+    for j in mine:
+        before = _tails_before(j, tails, lengths, width)
+        # The first piece's empty halo is still a view of what arrived, so that its backward joins the
+        # exchange too.
+        halos.append(torch.cat(before, dim=1) if before else received[:0].view(B, 0, D))
+    return halos
+
+
+def _exchange_tails(
+    pieces: Sequence[torch.Tensor],
+    mine: list[int],
+    owners: list[int],
+    width: int,
+    group: ProcessGroup | None,
+) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+    """(piece -> tail [B, width, D], this rank's and those it receives; the flat message received)."""
+    rank, size = group_rank_size(group)
+    B, _, D = pieces[0].shape
     tails = {j: _left_padded_tail(p, width) for j, p in zip(mine, pieces, strict=True)}
     # Every message holds an empty slice of a piece at least: every rank's exchange then needs a backward when
     # the pieces do, so the ranks meet in it (a collective's backward is itself a collective).
@@ -223,21 +243,22 @@ def exchange_halos(
         wanted = [j for j, o in enumerate(owners) if o == peer and wants_tail(owners, width, rank, j)]
         for at, j in enumerate(wanted):
             tails[j] = message[at * tail_numel : (at + 1) * tail_numel].view(B, width, D)
+    return tails, received
 
-    halos = []
-    for j in mine:
-        parts_before, needed = [], width
-        for i in range(j - 1, max(-1, j - 1 - width), -1):  # newest first, then reversed
-            take = min(needed, lengths[i])
-            if take:
-                parts_before.append(tails[i][:, width - take :])
-            needed -= take
-            if not needed:
-                break
-        # The first piece's empty halo is still a view of what arrived, so that its backward joins the
-        # exchange too.
-        halos.append(torch.cat(parts_before[::-1], dim=1) if parts_before else received[:0].view(B, 0, D))
-    return halos
+
+def _tails_before(
+    j: int, tails: dict[int, torch.Tensor], lengths: Sequence[int], width: int
+) -> list[torch.Tensor]:
+    """The slices [B, <= width, D] of earlier pieces' tails that make up piece j's halo, oldest first."""
+    parts_before, needed = [], width
+    for i in range(j - 1, max(-1, j - 1 - width), -1):  # newest first, then reversed
+        take = min(needed, lengths[i])
+        if take:
+            parts_before.append(tails[i][:, width - take :])
+        needed -= take
+        if not needed:
+            break
+    return parts_before[::-1]
 
 
 def exchange_halo(x: torch.Tensor, width: int, group: ProcessGroup | None = None) -> torch.Tensor:

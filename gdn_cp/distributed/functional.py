@@ -15,7 +15,7 @@ from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
 from gdn_cp.distributed.context_parallel import as_process_group
-from gdn_cp.distributed.modes import CPOptions, mode_class
+from gdn_cp.distributed.modes import CPMode, CPOptions, mode_class
 from gdn_cp.ops.backends import DEFAULT_BACKEND
 
 _DEFAULTS = CPOptions()
@@ -41,13 +41,11 @@ def cp_chunk_gated_delta_rule(
     backend: str = DEFAULT_BACKEND,
     chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """gdn_cp.ops.chunk_gated_delta_rule over the global sequence, called on every rank of `group` with its
-    shard; the same results as the single-device op on the whole sequence.
+    """gdn_cp.ops.chunk_gated_delta_rule over the global sequence, on every rank of `group` with its shard.
 
     Args:
         q, k: [B, L, Hk, K] this rank's shard (L may differ between ranks in the contiguous layout)
-        v: [B, L, Hv, V];  g, beta: [B, L, Hv]
-        scale: multiplies q; default K ** -0.5
+        v: [B, L, Hv, V];  g, beta: [B, L, Hv];  scale: multiplies q, default K ** -0.5
         initial_state: [B, Hv, K, V], or [n, Hv, K, V] with cu_seqlens (one per document); the same global
             tensor on every rank. Its gradient on each rank is partial, like a parameter's: their sum over the
             group is the single-device gradient (gdn_cp.distributed.all_reduce_gradients).
@@ -59,21 +57,17 @@ def cp_chunk_gated_delta_rule(
         mode: a name of gdn_cp.distributed.MODES, by default ulysses (needs Hk and Hv divisible by cp)
         layout: "contiguous" (rank r holds the r-th slice, of any length) or "zigzag" (global chunks r and
             2 cp - 1 - r of 2 cp, concatenated; T divisible by 2 cp), in and out
-        checkpoint_summary, overlap: modes with a summary (gdn_cp.distributed.CPOptions says what each
-            means on each backend)
+        checkpoint_summary, overlap: for modes with a summary (gdn_cp.distributed.CPOptions, per backend)
         backend: the local op (gdn_cp.ops.backends): gdn_cp, fla, transformers or a registered name
         chunk_size: C
     Returns:
-        o [B, L, Hv, V] this rank's output shard; the final state(s) or None.
+        o [B, L, Hv, V] this rank's output shard, as the single-device op's; the final state(s) or None.
 
     Bad input (malformed cu_seqlens, ranks passing different ones, B > 1 with cu_seqlens, an initial_state of
     the wrong shape, a zigzag T that does not divide by 2 cp) raises the same ValueError on every rank, after
     one small header exchange and before any collective that depends on it.
     """
-    options = CPOptions(
-        mode=mode, layout=layout, checkpoint_summary=checkpoint_summary, overlap=overlap, backend=backend
-    )
-    executor = mode_class(mode)(as_process_group(group), options)
+    executor = _mode_executor(group, mode, layout, checkpoint_summary, overlap, backend)
     return executor.gated_delta_rule(
         q,
         k,
@@ -87,3 +81,18 @@ def cp_chunk_gated_delta_rule(
         cu_seqlens=cu_seqlens,
         chunk_size=chunk_size,
     )
+
+
+def _mode_executor(
+    group: ProcessGroup | DeviceMesh | None,
+    mode: str,
+    layout: str,
+    checkpoint_summary: bool,
+    overlap: bool,
+    backend: str,
+) -> CPMode:
+    """The `mode` executor on `group`'s ProcessGroup, with these options (CPOptions validates them first)."""
+    options = CPOptions(
+        mode=mode, layout=layout, checkpoint_summary=checkpoint_summary, overlap=overlap, backend=backend
+    )
+    return mode_class(mode)(as_process_group(group), options)

@@ -1,4 +1,4 @@
-"""Rank functions of tests/bench/test_job_faults.py: a torchrun job's CaseRunner (bench.launch.job) on
+"""Rank functions of tests/bench/launch/test_job_faults.py: a torchrun job's CaseRunner (bench.launch.job) on
 real gloo ranks, with a fault injected at one point of a case."""
 
 from __future__ import annotations

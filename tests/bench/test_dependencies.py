@@ -84,7 +84,7 @@ def test_the_tests_start_without_pytest_benchmark_and_jsonschema():
     code = (
         "import pytest, sys\n"
         "sys.exit(pytest.main(['-p', 'no:benchmark', '-p', 'no:cacheprovider', '-q', '-rs',\n"
-        "    'tests/bench/test_schema.py', '-k', 'every_result_file']))\n"
+        "    'tests/bench/results/test_schema.py', '-k', 'every_result_file']))\n"
     )
     done = _hidden(["jsonschema"], code)
     assert done.returncode == 0, done.stdout[-2000:]

@@ -58,7 +58,8 @@ class CommCase:
 
 class CPMode(ABC):
     """Runs a GatedDeltaNet on a sequence shard. Subclasses set the class facts and implement
-    `forward_shard` and `communication`."""
+    `layer_shard` (the layer on this rank's shard), `sharded_rule` (the op on it) and `communication`
+    (what a case moves between ranks); `forward_shard` and `prefill` are the calls built on them."""
 
     name: ClassVar[str]
     """The mode's name in configs, results and the CLI."""

@@ -1,4 +1,4 @@
-"""The shared pipeline of the sequence-shard modes (p2p, all_gather): full heads, local tokens.
+"""The shared pipeline of the sequence-shard modes (p2p, all_gather, scan): full heads, local tokens.
 
     project -> Conv1D with the left halo of each piece -> prepare chunks -> one summary (S, M) per piece
             -> H_in of each piece (the mode's exchange) -> outputs from the same prepared chunks
@@ -249,29 +249,50 @@ class SequenceShardMode(CPMode):
             "fresh_states": fresh,
             **kw,
         }
-        V = inputs[2].shape[-1]
         if path == "affine":
-            affine = affine_rule(
-                backend,
-                *inputs,
-                reading=first,
-                finals=output_final_state or any(j not in first for j in last),
-                **shard,
-            )
-            S, M = unpack_summary(torch.stack([affine.summary(j) for j in last]), V)
-            entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
-            return affine.with_entering_states(entering.transpose(0, 1), output_final_state)
-        # The global last piece's map reaches no other piece: zeros stand in for it (no call, no recompute).
-        needed = [j for p, j in zip(plan.local_pieces, last, strict=True) if p < len(plan.owners) - 1]
-        maps = segment_maps(backend, *inputs, segments=needed, recompute=True, **shard) if needed else None
-        (B, _, Hv, _), K = inputs[2].shape, inputs[0].shape[-1]
-        skipped = inputs[2].new_zeros(B, Hv, K, V + K, dtype=accumulation_dtype(inputs[2].dtype))
-        # A leaf that asks for its gradient, as the maps it stands in for would: the exchange's output then
-        # needs one too, so that its backward (a collective) runs on this rank as on the others.
-        tracked = (*inputs, fresh) if fresh is not None else inputs
-        skipped.requires_grad_(torch.is_grad_enabled() and any(t.requires_grad for t in tracked))
-        packed = torch.stack([maps[:, needed.index(j)] if j in needed else skipped for j in last])
-        S, M = unpack_summary(packed, V)
+            return self._affine_rule(plan, inputs, first, last, output_final_state, backend, shard)
+        return self._recompute_rule(
+            plan, inputs, segments, first, last, output_final_state, backend, shard, kw
+        )
+
+    def _affine_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        first: list[int],
+        last: list[int],
+        output_final_state: bool,
+        backend: Backend,
+        shard: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The "affine" path: (o, every segment's final state [B, n, Hv, K, V] or None)."""
+        affine = affine_rule(
+            backend,
+            *inputs,
+            reading=first,
+            finals=output_final_state or any(j not in first for j in last),
+            **shard,
+        )
+        S, M = unpack_summary(torch.stack([affine.summary(j) for j in last]), inputs[2].shape[-1])
+        entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
+        return affine.with_entering_states(entering.transpose(0, 1), output_final_state)
+
+    def _recompute_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        segments: list[LocalSegment],
+        first: list[int],
+        last: list[int],
+        output_final_state: bool,
+        backend: Backend,
+        shard: dict,
+        kw: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The "recompute" path: (o, every segment's final state [B, n, Hv, K, V] or None)."""
+        fresh = shard["fresh_states"]
+        packed = _piece_maps(plan, inputs, last, fresh, backend, shard)
+        S, M = unpack_summary(packed, inputs[2].shape[-1])
         entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
         # Each piece's first segment enters with H_in where it continues a document, through `where` always.
         carried = torch.tensor([segments[j].carried for j in first], device=S.device).view(-1, 1, 1, 1, 1)
@@ -348,6 +369,27 @@ class SequenceShardMode(CPMode):
             S_all.append(S)
             M_all.append(M)
         return torch.stack(S_all), torch.stack(M_all)
+
+
+def _piece_maps(
+    plan: ShardPlan,
+    inputs: tuple[torch.Tensor, ...],
+    last: list[int],
+    fresh: torch.Tensor | None,
+    backend: Backend,
+    shard: dict,
+) -> torch.Tensor:
+    """Each piece's packed map [P, B, Hv, K, V + K] (`segment_maps` of its last segment, recomputed)."""
+    # The global last piece's map reaches no other piece: zeros stand in for it (no call, no recompute).
+    needed = [j for p, j in zip(plan.local_pieces, last, strict=True) if p < len(plan.owners) - 1]
+    maps = segment_maps(backend, *inputs, segments=needed, recompute=True, **shard) if needed else None
+    (B, _, Hv, V), K = inputs[2].shape, inputs[0].shape[-1]
+    skipped = inputs[2].new_zeros(B, Hv, K, V + K, dtype=accumulation_dtype(inputs[2].dtype))
+    # A leaf that asks for its gradient, as the maps it stands in for would: the exchange's output then
+    # needs one too, so that its backward (a collective) runs on this rank as on the others.
+    tracked = (*inputs, fresh) if fresh is not None else inputs
+    skipped.requires_grad_(torch.is_grad_enabled() and any(t.requires_grad for t in tracked))
+    return torch.stack([maps[:, needed.index(j)] if j in needed else skipped for j in last])
 
 
 def _convolve_piece(
