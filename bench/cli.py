@@ -20,7 +20,19 @@ class Parser(argparse.ArgumentParser):
     --version still exit 0."""
 
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{self.prog}: {message}; see `{self.prog} --help`")
+        raise UserError(f"{self.prog}: {self._without_optional(message)}; see `{self.prog} --help`")
+
+    def _without_optional(self, message: str) -> str:
+        """argparse names a positional of nargs="*" among the required ones when a required one is missing
+        (`required: BASE, HEAD, SCENARIO`): the optional ones are left out of the list."""
+        prefix = "the following arguments are required: "
+        if not message.startswith(prefix):
+            return message
+        optional = {
+            a.metavar or a.dest for a in self._actions if not a.option_strings and a.nargs in ("*", "?")
+        }
+        named = [n for n in message.removeprefix(prefix).split(", ") if n not in optional]
+        return prefix + ", ".join(named) if named else message
 
 
 def build_parser() -> argparse.ArgumentParser:

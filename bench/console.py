@@ -39,6 +39,17 @@ def print_warning(message: str) -> None:
     err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
+def print_path(console: Console, label: str, path: str, after: str = "") -> None:
+    """`label: path after` on one line where it fits the console, else the label (and `after`) on one line
+    and the path alone on the next, indented: a path is never split mid-name by a wrap (plain text)."""
+    line = f"{label}: {path}" + (f" {after}" if after else "")
+    if len(line) <= console.width:
+        console.print(escape(line), soft_wrap=True)
+        return
+    console.print(escape(f"{label}" + (f" {after}" if after else "") + ":"))
+    console.print(escape(f"  {path}"), soft_wrap=True)
+
+
 class CaseProgress:
     """The progress of a command that launches cases, one after another.
 

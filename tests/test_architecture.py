@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.commands import COMMANDS
 from gdn_cp.distributed import MODES, ModeName
 from gdn_cp.distributed.modes import MODE_CLASSES
 
@@ -188,3 +189,17 @@ def test_mode_names_live_in_the_registry() -> None:
         ):
             spelling.add(name)
     assert spelling == set(MAY_SPELL_A_MODE), sorted(spelling)
+
+
+def test_no_command_imports_another() -> None:
+    """A command module (one with NAME, bench.commands.COMMANDS) imports only the commands' shared
+    modules (common_args, session, commits), never another command: what two commands share lives once."""
+    commands = {m.__name__ for m in COMMANDS}
+    crossing = [
+        f"{module} imports {target}"
+        for module, imports in _imports().items()
+        if module in commands
+        for target, _ in imports
+        if target in commands
+    ]
+    assert not crossing, crossing

@@ -18,13 +18,9 @@ from bench.suite.loader import display
 
 
 def run_commits(
-    scenarios: Sequence[str],
+    choice: CaseChoice,
     commits: Sequence[str],
     *,
-    sets: Sequence[str] = (),
-    filters: Sequence[str] = (),
-    device: str | None = None,
-    config: str | None = None,
     machine: str | None = None,
     history_dir: str | None = None,
     console: Console | None = None,
@@ -36,7 +32,7 @@ def run_commits(
     repo = repo_root(Path.cwd())
     if repo is None:
         raise UserError(f"--commits: {Path.cwd()} is not in a git checkout; run from inside the repository")
-    chosen = CaseChoice(scenarios, sets, filters, device, config).choose()
+    chosen = choice.choose()
     suite, selections = chosen.suite, chosen.selections
     sides = backfill.resolve_commits(repo, commits)
     root = Path(history_dir) if history_dir else suite.results_dir / "history"
@@ -57,7 +53,15 @@ def run_commits(
 
     try:
         outcome = backfill.backfill(
-            selections, suite, repo, sides, folder, sets=sets, device=device, on_commit=report, runner=runner
+            selections,
+            suite,
+            repo,
+            sides,
+            folder,
+            sets=choice.sets,
+            device=choice.device,
+            on_commit=report,
+            runner=runner,
         )
     except KeyboardInterrupt:
         console.print(

@@ -18,7 +18,7 @@ from rich.markup import escape
 from bench.console import err_console
 from bench.errors import UserError
 from bench.results.export import FORMATS, export_rows
-from bench.results.paths import write_new
+from bench.results.paths import replace_file, write_new
 from bench.results.store import load_result
 
 NAME = "export"
@@ -38,10 +38,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="one row per timed pass of each rank (rank, repeat, sample_s) instead of one per case",
     )
     parser.add_argument("--out", metavar="FILE", help="write to FILE, which must not exist (default: stdout)")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --out: replace FILE if it exists (an export is derived from the result files, which stay)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    return run(args.results, format=args.format, per_sample=args.per_sample, out=args.out)
+    return run(
+        args.results, format=args.format, per_sample=args.per_sample, out=args.out, replace=args.replace
+    )
 
 
 def export_text(results: Sequence[str], *, format: str = "csv", per_sample: bool = False) -> str:
@@ -57,19 +64,29 @@ def export_text(results: Sequence[str], *, format: str = "csv", per_sample: bool
 
 
 def run(
-    results: Sequence[str], *, format: str = "csv", per_sample: bool = False, out: str | None = None
+    results: Sequence[str],
+    *,
+    format: str = "csv",
+    per_sample: bool = False,
+    out: str | None = None,
+    replace: bool = False,
 ) -> int:
-    """Export the files to stdout, or to the new file `out`; UserError when `out` exists or cannot be
-    written."""
+    """Export the files to stdout, or to the new file `out` (`replace`: over an existing one, atomically);
+    UserError when `out` exists without `replace`, or cannot be written."""
+    if replace and out is None:
+        raise UserError("--replace goes with --out FILE (without --out the rows go to stdout)")
     text = export_text(results, format=format, per_sample=per_sample)
     if out is None:
         sys.stdout.write(text)
         return 0
     try:
-        write_new(Path(out), text)
+        if replace:
+            replace_file(Path(out), text)
+        else:
+            write_new(Path(out), text)
     except FileExistsError:
         raise UserError(
-            f"--out {out}: the file exists, and exports never overwrite one; give another name"
+            f"--out {out}: the file exists; give another name, or --replace to write over it"
         ) from None
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write it ({exc.strerror}); give another path") from None

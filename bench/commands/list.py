@@ -14,6 +14,7 @@ from bench.console import console as default_console
 from bench.launch.estimate import estimate_peak_bytes
 from bench.launch.preflight import check_cases
 from bench.render.formats import format_checkpoint, format_tokens
+from bench.render.tables import TableData, print_tables
 from bench.suite.filters import parse_filters
 from bench.suite.loader import (
     ConfigError,
@@ -47,7 +48,7 @@ def _list_scenarios(suite: Suite, console: Console) -> None:
     missing = no_scenarios_error(suite)
     if missing is not None:
         raise missing
-    t = Table(title=f"scenarios in {escape(display(suite.scenarios_dir))}", title_justify="left")
+    t = Table(title=f"scenarios ({escape(display(suite.scenarios_dir))})", title_justify="left")
     t.add_column("name")
     t.add_column("cases", justify="right")
     t.add_column("device")
@@ -92,21 +93,20 @@ def run(
         title = (
             f"{s.name}: {len(sel.cases)} of {sel.total} cases" if filters else f"{s.name}: {sel.total} cases"
         )
-        t = Table(
-            title=escape(title), caption=escape(s.description), title_justify="left", caption_justify="left"
-        )
-        t.add_column("case", no_wrap=True)
-        t.add_column("summary ckpt")
-        for col in ("cp", "global seq", "per rank", "est. peak/rank"):
-            t.add_column(col, justify="right")
-        for c in sel.cases:
-            t.add_row(
+        rows = [
+            [
                 c.case_id,
                 format_checkpoint(c.checkpoint),
                 str(c.cp),
                 format_tokens(c.seq_len),
                 format_tokens(c.local_seq_len),
                 f"{estimate_peak_bytes(c) / 2**20:.0f} MiB",
-            )
-        console.print(t)
+            ]
+            for c in sel.cases
+        ]
+        headers = ["case", "summary ckpt", "cp", "global seq", "per rank", "est. peak/rank"]
+        table = TableData(
+            title=title, headers=headers, rows=rows, numeric={2, 3, 4, 5}, notes=[s.description]
+        )
+        print_tables([table], console)  # fitted to the width: headers wrap at spaces, cells stay whole
     return 0

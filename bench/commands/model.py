@@ -39,7 +39,8 @@ from bench.model.predict import (
     predict,
     scaled,
 )
-from bench.render.formats import format_seconds, format_time
+from bench.render.formats import format_seconds, format_time, format_tokens
+from bench.render.tables import TableData, print_tables
 from bench.results.paths import write_new
 from bench.results.store import load_result
 from bench.suite.config import PASS_TAGS, Case
@@ -197,21 +198,21 @@ def run_check(results: Sequence[str], links: Path, console: Console | None = Non
     checks = check_runs(runs, compute, interconnect)
     if not checks:
         raise UserError(f"{', '.join(results)}: no ok case at cp > 1 on the measured layer to check")
-    table = Table(title=f"predicted vs measured ({interconnect.name})")
-    for header in ("case", "measured", "predicted", "compute", "comm", "error"):
-        table.add_column(header, justify="left" if header == "case" else "right")
     order = scenario_order(list(dict.fromkeys(s for run in runs for s in run.scenarios)))
-    for c in sorted(checks, key=lambda c: order(c.measured.case)):  # scenario order, not run order
-        p = c.predicted
-        table.add_row(
+    rows = [
+        [
             c.measured.case.case_id,
             format_time(c.measured),
-            format_seconds(p.total_s),
-            f"{(p.compute_s + p.exchange_s) * 1e3:.1f}",
-            f"{p.comm_s * 1e3:.1f}",
+            format_seconds(c.predicted.total_s),
+            f"{(c.predicted.compute_s + c.predicted.exchange_s) * 1e3:.1f}",
+            f"{c.predicted.comm_s * 1e3:.1f}",
             f"{c.error:+.0%}",
-        )
-    console.print(table)
+        ]
+        for c in sorted(checks, key=lambda c: order(c.measured.case))  # scenario order, not run order
+    ]
+    headers = ["case", "measured", "predicted", "compute ms", "comm ms", "error"]
+    title = f"predicted vs measured ({interconnect.name})"
+    print_tables([TableData(title=title, headers=headers, rows=rows, numeric={1, 2, 3, 4, 5})], console)
     errors = [abs(c.error) for c in checks]
     console.print(
         f"median absolute error {statistics.median(errors):.0%} over {len(checks)} cases "
@@ -257,12 +258,12 @@ def _why(best: Prediction, ranked: list[Prediction], error: float | None) -> str
     second = ranked[1]
     margin = second.total_s / best.total_s - 1
     share = second.comm_s / second.total_s if second.total_s else 0.0
-    comm = f" ({share:.0%} communication)" if share >= 0.2 else ""
+    comm = f" ({share:.0%} comm)" if share >= 0.2 else ""
     if error is None:
-        return f"next {second.case.mode} +{margin:.0%}{comm} (the model's error is unchecked)"
+        return f"{second.case.mode} +{margin:.0%}{comm} (unchecked)"
     if margin <= error:
-        return f"tie with {second.case.mode} within the model's error (+{margin:.0%} <= {error:.0%})"
-    return f"next {second.case.mode} +{margin:.0%}{comm}"
+        return f"{second.case.mode} +{margin:.0%} (tie)"
+    return f"{second.case.mode} +{margin:.0%}{comm}"
 
 
 TableRow = tuple[int, int, list[Prediction], list[Prediction], dict[str, str]]
@@ -328,34 +329,32 @@ def _predict_rows(
     return rows, notes
 
 
-def _table_cells(rows: list[TableRow], error: float | None) -> tuple[list[list[str]], dict[str, None]]:
-    """(each row's cells: T, cp, every mode's "ms (peak)" or "-", the pick and why; the exclusions,
-    "mode: reason", in order of first appearance)."""
-    cells_rows, reasons = [], {}
+def _table_cells(
+    rows: list[TableRow], error: float | None
+) -> tuple[list[list[str]], list[list[str]], dict[str, None]]:
+    """(each row's time cells: T, cp, every mode's ms or "-", the pick and the runner-up; each row's peak
+    cells: T, cp, every mode's peak per rank; the exclusions, "mode: reason", in order of first
+    appearance)."""
+    times, peaks, reasons = [], [], {}
     for seq_len, cp, preds, fits, excluded in rows:
         by_mode = {p.case.mode: p for p in preds}
-        cells = [
-            f"{by_mode[m].total_s * 1e3:,.0f} ({human_bytes(by_mode[m].peak_bytes)})" if m in by_mode else "-"
-            for m in MODES
-        ]
+        ms = [f"{by_mode[m].total_s * 1e3:,.0f}" if m in by_mode else "-" for m in MODES]
+        peak = [human_bytes(by_mode[m].peak_bytes) if m in by_mode else "-" for m in MODES]
         pick = fits[0].case.mode if fits else "none fits"
         why = _why(fits[0], fits, error) if fits else ""
         for mode, reason in excluded.items():
             reasons.setdefault(f"{mode}: {reason}", None)
-        cells_rows.append([f"{seq_len // 1024}K", str(cp), *cells, pick, why])
-    return cells_rows, reasons
+        times.append([format_tokens(seq_len), str(cp), *ms, pick, why])
+        peaks.append([format_tokens(seq_len), str(cp), *peak])
+    return times, peaks, reasons
 
 
-def _markdown(pass_: str, assumptions: list[str], headers: list[str], rows: list[list[str]]) -> str:
-    """The table as a Markdown document: a title, the assumptions as a list, then the table."""
-    lines = [
-        f"# Cost model: {pass_} of one GDN layer, by CP mode",
-        "",
-        *(f"- {a}" for a in assumptions),
-        "",
-    ]
-    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+def _markdown(pass_: str, assumptions: list[str], tables: Sequence[TableData]) -> str:
+    """The tables as a Markdown document: a title, the assumptions as a list, then each table."""
+    lines = [f"# Cost model: {pass_} of one GDN layer, by CP mode", "", *(f"- {a}" for a in assumptions)]
+    for t in tables:
+        lines += ["", f"## {t.title}", "", "| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+        lines += ["| " + " | ".join(r) + " |" for r in t.rows]
     return "\n".join(lines) + "\n"
 
 
@@ -387,16 +386,27 @@ def run_table(
         threads=threads,
         memory_gib=memory_gib,
     )
-    headers = ["T", "cp", *MODES, "pick", "why"]
-    table = Table(title=f"predicted {pass_} per layer, ms (peak) - {interconnect.name}")
-    for h in headers:
-        table.add_column(h, justify="right" if h in ("T", "cp", *MODES) else "left")
     checks = check_runs(runs, compute, interconnect)
     error = statistics.median(abs(c.error) for c in checks) if checks else None
-    md_rows, reasons = _table_cells(rows, error)
-    for row in md_rows:
-        table.add_row(*row)
-    console.print(table)
+    times, peaks, reasons = _table_cells(rows, error)
+    numeric = set(range(2 + len(MODES)))
+    tied = "" if error is None else f"; (tie): within the model's own error ({error:.0%})"
+    tables = [
+        TableData(
+            title=f"predicted {pass_} per layer, ms - {interconnect.name}",
+            headers=["T", "cp", *MODES, "pick", "next"],
+            rows=times,
+            numeric=numeric,
+            notes=[f"next: the runner-up, how much slower the model predicts it{tied}"],
+        ),
+        TableData(
+            title="predicted peak allocated per rank",
+            headers=["T", "cp", *MODES],
+            rows=peaks,
+            numeric=numeric,
+        ),
+    ]
+    print_tables(tables, console)
     assumptions = _assumptions(compute, interconnect, template, threads, results, sorted(notes))
     assumptions.append(_check_line(checks))
     if reasons:
@@ -404,7 +414,7 @@ def run_table(
     for line in assumptions:
         console.print(line, style="dim")
     if markdown is not None:
-        _write_new(Path(markdown), _markdown(pass_, assumptions, headers, md_rows))
+        _write_new(Path(markdown), _markdown(pass_, assumptions, tables))
         console.print(f"wrote {markdown}")
     return 0
 

@@ -22,6 +22,7 @@ import functools
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from rich.table import Table
 from bench.commands import common_args
 from bench.commands.session import CaseChoice, Session
 from bench.console import console as default_console
+from bench.console import print_path
 from bench.errors import UserError
 from bench.launch.launcher import TorchrunEnv
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
@@ -268,11 +270,12 @@ def run(
     profiles: list[RankProfile] = outcome.results
     breakdowns = breakdown([p.timeline for p in profiles])
     slow = straggler(breakdowns)
-    _print_profile(profiles, breakdowns, slow, the_case, steps, platform.device_type, console)
+    found = _Profiled(profiles, breakdowns, slow, the_case, steps, platform.device_type)
+    _print_profile(found, console)
     if job is None or job.rank == 0:
-        summary = _summary(profiles, breakdowns, slow, the_case, steps, platform.device_type)
+        summary = _summary(found)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        console.print(f"traces: {escape(display(run_dir))}/rank<r>.json (open in https://ui.perfetto.dev)")
+        print_path(console, "traces", f"{display(run_dir)}/rank<r>.json", "(open in https://ui.perfetto.dev)")
     return 0 if all(row[4] for row in bytes_rows(profiles)) else EXIT_MODEL_MISMATCH
 
 
@@ -304,17 +307,24 @@ def _notes(profiles: Sequence[RankProfile], device_type: str) -> list[str]:
     return notes
 
 
-def _print_profile(
-    profiles: Sequence[RankProfile],
-    breakdowns: Sequence[RankBreakdown],
-    slow: Straggler | None,
-    the_case: Case,
-    steps: int,
-    device_type: str,
-    console: Console,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Profiled:
+    """What a profile found: each rank's profile and time breakdown, the straggler, of which case, over
+    how many steps, on which device type."""
+
+    profiles: Sequence[RankProfile]
+    breakdowns: Sequence[RankBreakdown]
+    slow: Straggler | None
+    the_case: Case
+    steps: int
+    device_type: str
+
+
+def _print_profile(found: _Profiled, console: Console) -> None:
     """The time per rank and phase, the straggler and what is behind it, the bytes against the
     communication model, and the peak memory per rank."""
+    profiles, breakdowns, slow, the_case = found.profiles, found.breakdowns, found.slow, found.the_case
+    steps, device_type = found.steps, found.device_type
     console.print(time_table(breakdowns, steps))
     if slow is not None:
         console.print(
@@ -329,16 +339,11 @@ def _print_profile(
     console.print(f"meter: {MEMORY_METER}", style="dim")
 
 
-def _summary(
-    profiles: Sequence[RankProfile],
-    breakdowns: Sequence[RankBreakdown],
-    slow: Straggler | None,
-    the_case: Case,
-    steps: int,
-    device_type: str,
-) -> dict[str, Any]:
+def _summary(found: _Profiled) -> dict[str, Any]:
     """summary.json: the case, the breakdown per rank, the straggler, the bytes against the model, memory
     and the device timeline, and the trace files."""
+    profiles, breakdowns, slow = found.profiles, found.breakdowns, found.slow
+    the_case, steps, device_type = found.the_case, found.steps, found.device_type
     return {
         "case": to_dict(the_case),
         "steps": steps,

@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from bench.commands import commits, common_args
 from bench.commands.session import CaseChoice, Session
-from bench.console import CaseProgress, print_error, print_warning
+from bench.console import CaseProgress, print_error, print_path, print_warning
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.launch.launcher import LocalLauncher, RankFn, TorchrunEnv, TorchrunLauncher, warn_oversubscription
@@ -112,12 +112,8 @@ def main(args: argparse.Namespace) -> int:
                 "--output, --resume and --stop-after-round"
             )
         return commits.run_commits(
-            args.scenarios,
+            CaseChoice(args.scenarios, args.sets, args.filters, args.device, args.config),
             args.commits,
-            sets=args.sets,
-            filters=args.filters,
-            device=args.device,
-            config=args.config,
             machine=args.machine,
             history_dir=args.history_dir,
         )
@@ -259,17 +255,7 @@ def execute(
         _announce(session, start, stop_after_round)
         warn_oversubscription(cases, launcher)
     try:
-        results = _run_with_progress(
-            cases,
-            launcher,
-            writer,
-            record,
-            console,
-            seed=start.seed,
-            previous=start.previous,
-            stop_after=stop_after_round,
-            opening=opening,
-        )
+        results = _run_with_progress(cases, launcher, record, console, start, stop_after_round, opening)
     except (KeyboardInterrupt, ResultWriteError) as exc:
         return RunOutcome(exit_code=_stopped(exc, writer, choice, console), run=record, path=path)
     if writer is None:
@@ -278,7 +264,7 @@ def execute(
         console.print()
         render(writer.run, console)
         where = f" (on {socket.gethostname()}, rank 0)" if session.job is not None else ""
-        console.print(f"results: {escape(display(writer.path))}{where}")
+        print_path(console, "results", str(display(writer.path)), where.strip())
     # A torchrun follower exits 0 once the job is done: the leader's code is the job's (a follower exiting 2
     # first would make torchrun stop the leader while it still prints).
     code = 2 if leader and any(r.status == "failed" for r in results) else 0
@@ -400,17 +386,16 @@ def resume_command(choice: CaseChoice, path: str) -> str:
 def _run_with_progress(
     cases: Sequence[Case],
     launcher: LocalLauncher | TorchrunLauncher,
-    writer: ResultWriter | None,
     record: RunResult,
     console: Console,
-    *,
-    seed: int,
-    previous: Sequence[CaseResult],
+    start: _Start,
     stop_after: int | None,
     opening: Window | None = None,
 ) -> list[CaseResult]:
-    """Run the cases' rounds under a progress bar, one status line per finished case and round; `opening`:
-    the idle moment measured before the first case."""
+    """Run the cases' rounds under a progress bar, one status line per finished case and round, from
+    `start` (its writer, seed and the cases already measured); `opening`: the idle moment measured before
+    the first case."""
+    writer, seed, previous = start.writer, start.seed, start.previous
     # the bar's count: the leader's view (a follower's console prints nothing)
     done = {c.key: len(c.rounds) for c in previous}
     total, work = slots_left(cases, done, stop_after), work_left(cases, done, stop_after)

@@ -34,7 +34,7 @@ from torch.distributed import ProcessGroup
 
 from bench.commands import common_args
 from bench.commands.session import CaseChoice, Session
-from bench.console import CaseProgress
+from bench.console import CaseProgress, print_path
 from bench.console import console as default_console
 from bench.errors import UserError, first_line
 from bench.launch.launcher import (
@@ -42,7 +42,6 @@ from bench.launch.launcher import (
     Outcome,
     RankFn,
     TorchrunLauncher,
-    warn_oversubscription,
 )
 from bench.render.tables import print_tables
 from bench.render.verification import verification_tables
@@ -302,9 +301,8 @@ def run(
     if train is not None:
         extra[:0] = ["--train"] if train == TRAIN_FROM_SCENARIO else ["--train", str(train)]
     writer = session.result_writer(output, name, command=choice.argv(NAME, extra))
+    # no oversubscription warning: verify times nothing, more ranks than cores only make it slower
     todo = [(sel.scenario, c) for sel in selections for c in sel.cases]
-    if session.leader:
-        warn_oversubscription([c for _, c in todo], launcher)
     try:
         records = _verify_all(todo, launcher, writer, console, seeds=seeds, steps=steps_by_scenario or None)
     except KeyboardInterrupt:
@@ -314,7 +312,7 @@ def run(
     console.print()
     print_tables(verification_tables(records), console)
     if writer is not None:
-        console.print(f"results: {escape(display(writer.path))}")
+        print_path(console, "results", str(display(writer.path)))
     return exit_code(records)
 
 

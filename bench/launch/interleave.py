@@ -29,6 +29,7 @@ import yaml
 
 from bench.errors import UserError
 from bench.launch.gitrefs import RefSide
+from bench.results.env import REF_ENV
 from bench.results.store import SESSION_ENV, RunResult, load_result
 from bench.suite.config import Case
 from bench.suite.loader import Suite
@@ -131,12 +132,14 @@ def bench_run_argv(
     return argv
 
 
-def side_env(root: Path, session: str) -> dict[str, str]:
+def side_env(root: Path, session: str, ref: str) -> dict[str, str]:
     """This process's environment with PYTHONPATH = the worktree alone, so its bench and gdn_cp import
-    first (an editable install's finder comes after PYTHONPATH on sys.path), and the session id ("": runs
-    of their own, as a backfill's: none is set)."""
+    first (an editable install's finder comes after PYTHONPATH on sys.path), the ref it was checked out
+    from (REF_ENV: the branch its result records) and the session id ("": runs of their own, as a
+    backfill's: none is set)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(root)
+    env[REF_ENV] = ref
     env.pop(SESSION_ENV, None)
     if session:
         env[SESSION_ENV] = session
@@ -168,7 +171,11 @@ def run_on_side(
         staged, checkout.output, resume=resume, stop_after=stop_after, sets=sets, device=device
     )
     proc = subprocess.run(
-        argv, cwd=checkout.root, env=side_env(checkout.root, staged.session), capture_output=True, text=True
+        argv,
+        cwd=checkout.root,
+        env=side_env(checkout.root, staged.session, checkout.side.spec),
+        capture_output=True,
+        text=True,
     )
     who = f"{checkout.name} {checkout.side.label}"
     if proc.returncode == 130:

@@ -155,7 +155,8 @@ class Contention:
     @property
     def reason(self) -> str | None:
         """Why the case counts as contended, or None."""
-        over = f" (over this case and the {self.earlier} windows before it)" if self.earlier else ""
+        windows = "the window" if self.earlier == 1 else f"the {self.earlier} windows"
+        over = f" (over this case and {windows} before it)" if self.earlier else ""
         if self.foreign is not None and self.foreign > FOREIGN_CEILING:
             return f"other processes used {self.foreign:.0%} of the CPUs > {FOREIGN_CEILING:.0%}{over}"
         if self.steal is not None and self.steal > STEAL_CEILING:

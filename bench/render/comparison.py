@@ -73,19 +73,22 @@ def _detects(c: CaseComparison) -> str:
 
 
 def _cells(c: CaseComparison, single: bool) -> list[str]:
+    """A case's row, in COLUMNS' order."""
     return [
         _case_name(c, single),
+        _verdict(c),
+        _ratio(c),
         format_time(c.base),
         format_time(c.head),
-        _ratio(c),
-        _verdict(c),
         _detects(c),
         _memory(c),
     ]
 
 
-COLUMNS = ["case", "base", "head", "head/base", "verdict", "detects", "mem delta"]
-ALIGN: list = ["left", "right", "right", "right", "left", "right", "right"]
+COLUMNS = ["case", "verdict", "head/base", "base", "head", "detects", "mem delta"]
+"""The verdict first, beside the ratio it was judged from: on a narrow terminal, where the table splits into
+column groups, the decision stays in the first."""
+ALIGN: list = ["left", "left", "right", "right", "right", "right", "right"]
 FORMATS = ("table", "markdown", "json")
 MAX_LISTED = 8
 """Cases named per reason in the not-compared notes; the rest are counted."""

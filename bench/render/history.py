@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def _runs_table(history: History, case: CaseHistory) -> Table:
                 str(i + 1),
                 run.commit.short,
                 run.date[:16].replace("T", " "),
-                (run.commit.subject or "")[:70],
+                _subject(run.commit.subject, 70),
                 format_time(result),
                 memory,
                 change_text(step, contended=case.change_contended(step)) if step is not None else "",
@@ -122,6 +123,11 @@ def _runs_table(history: History, case: CaseHistory) -> Table:
     columns = ["#", "commit", "date", "subject", "time", "peak MiB", "change starts here", "status"]
     align = ["right", "left", "left", "left", "right", "right", "left", "left"]
     return Table(columns=columns, rows=rows, align=align)  # type: ignore[arg-type]
+
+
+def _subject(subject: str | None, width: int) -> str:
+    """A commit subject in `width` characters, cut at a word with an ellipsis, never mid-word."""
+    return textwrap.shorten(subject or "", width, placeholder=" …")
 
 
 def _latest(case: CaseHistory) -> tuple[int, str]:
@@ -145,7 +151,7 @@ def _changes_table(history: History) -> Table:
                     run.commit.short,
                     run.date[:10],
                     change_text(change, contended=case.change_contended(change)),
-                    (run.commit.subject or "")[:60],
+                    _subject(run.commit.subject, 60),
                 ]
             )
     columns = ["case", "commit", "date", "change", "subject"]

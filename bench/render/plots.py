@@ -184,8 +184,11 @@ def _mark_contended(ax, xs: Sequence[float], ys: Sequence[float], results: Seque
         ax.plot([x for x, _ in hits], [y for _, y in hits], **CONTENDED_STYLE)
 
 
-FOOTER_CHARS_PER_INCH = 22
-"""Characters of the 6.5 pt footer per inch of figure width (DejaVu Sans: about 3.3 pt a character)."""
+FOOTER_PT = 8.0
+"""The footnote's size: as large as the legend's, readable in the PNG at its dpi (6.5 pt read as ~7 px)."""
+FOOTER_CHARS_PER_INCH = 18
+"""Characters of the FOOTER_PT footer per inch of figure width (DejaVu Sans: about half a point of width
+per point of size a character)."""
 
 
 def _finish(
@@ -237,7 +240,7 @@ def _finish(
         textwrap.fill(line, width, subsequent_indent="  ")
         for line in _footer(sources, scenario, note).split("\n")
     )
-    fig.text(0.0, 0.0, footer, fontsize=6.5, color="dimgray", va="top", ha="left")
+    fig.text(0.0, 0.0, footer, fontsize=FOOTER_PT, color="dimgray", va="top", ha="left")
 
 
 BAR_CLIP = 1.6
@@ -300,14 +303,17 @@ def _ms(result: CaseResult) -> tuple[float, float, float]:
 
 
 def _style(i: int, mode: str) -> dict:
-    """Colour and marker from the mode, line style (and hollow markers after the first) from the file."""
+    """Colour and marker from the mode; line style, and hollow markers growing after the first, from the
+    file: a later file's point rings an earlier one's at the same place, so that one-point series of
+    several files stay apart."""
     color = mode_style(mode)[0]
     return {
         "color": color,
         "linestyle": SOURCE_LINES[i % len(SOURCE_LINES)],
         "marker": mode_style(mode)[1],
-        "markersize": 4.5,
-        "markerfacecolor": color if i == 0 else "white",
+        "markersize": 4.5 + 3.0 * i,
+        "markerfacecolor": color if i == 0 else "none",
+        "markeredgewidth": 1.0 if i == 0 else 1.3,
     }
 
 
@@ -520,6 +526,18 @@ def _draw_strong(ax: Any, i: int, v: Variant, points: list[analysis.ScalingPoint
     ax.errorbar(cps, ratios, yerr=yerr, capsize=2, **_style(i, v.mode))
     # a ratio is as contended as either of its two cases
     _mark_contended(ax, cps, ratios, [p.result if p.result.contended else p.base for p in points])
+    above = [(p.cp, p.ratio) for p in points if p.caveat == "implausible: above ideal"]
+    if above:  # a speedup past the CP degree is not CP's: ringed and named where it is drawn
+        ax.plot(*zip(*above, strict=True), "o", ms=13, mfc="none", mec="#c62828", mew=1.5)
+        for cp, ratio in above:
+            ax.annotate(
+                "above ideal",
+                (cp, ratio),
+                xytext=(6, 6),
+                textcoords="offset points",
+                fontsize=7,
+                color="#c62828",
+            )
     return ratios
 
 
@@ -549,7 +567,8 @@ STRONG = ScalingChart(
     ylabel="speedup over cp=1",
     title="Strong scaling: fixed global sequence",
     note="speedup: t(cp=1) / t(cp) of the estimates; bars: its 95% interval across rounds (one round: from "
-    f"the interquartile ranges), cut at the top past {BAR_CLIP}x a row's largest point",
+    f"the interquartile ranges), cut at the top past {BAR_CLIP}x a row's largest point; ringed red: above "
+    "ideal (efficiency over 100%), not CP's doing (shared cores, drift)",
     ideal=Line2D([], [], color="black", linestyle="--", label="ideal: speedup = CP degree"),
     ideal_line=_speedup_equals_cp,
 )

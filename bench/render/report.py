@@ -143,8 +143,8 @@ def overview(runs: Sequence[ReportRun]) -> Section:
             Paragraph(
                 text=f"{TIME_NOTE}. A round's time is the median over repeats of the rank-max elapsed time "
                 "(each repeat counts its slowest rank). Peak allocated is the rank-max peak of one "
-                "forward+backward pass ((fwd), (prefill): of that pass where only it ran), parameters and "
-                "input included.",
+                "forward+backward pass (a peak tagged fwd or prefill: of that pass, where only it ran), "
+                "parameters and input included.",
                 small=True,
             )
         )

@@ -55,8 +55,8 @@ def notes(run: RunResult) -> list[str]:
         out.append("* noisy: IQR/median > 10%")
     if meters:
         out.append(
-            "peak allocated: rank-max of one forward+backward pass ((fwd), (prefill): of that pass), "
-            f"parameters and input included; meter {', '.join(meters)}"
+            "peak allocated: rank-max of one forward+backward pass (a peak tagged fwd or prefill: of that "
+            f"pass), parameters and input included; meter {', '.join(meters)}"
         )
     if any(c.timing is not None and len(c.timing.rank_medians_s) > 1 for c in run.cases):
         out.append(CASE_LINE_LEGEND)  # `bench run` prints its status lines just above these tables

@@ -28,6 +28,7 @@ from bench.judge.verification import (
 from bench.render.formats import format_checkpoint, format_tokens
 from bench.render.tables import TableData
 from bench.results.verifications import (
+    FLOOR_FACTOR,
     GROWTH_ALPHA,
     GROWTH_FACTOR,
     LayerVerification,
@@ -216,14 +217,30 @@ def train_table(group: TrainGroup) -> TableData:
             "reference's before step 0, in every case"
         )
     bars = TrainThresholds(**first.thresholds)
+    table.notes.append(_bars_note(group.records, bars))
     table.notes.append(
-        f"bars: max loss rel <= {bars.loss_rel:g}, max grad-norm rel <= {bars.grad_norm_rel:g}; error "
-        "trend: "
+        "error trend: "
         "the relative error's growth from the first step to the last along its Theil-Sen line (log "
         f"errors); 'grows' when above x{GROWTH_FACTOR:g} and Kendall's one-sided test gives p < "
         f"{GROWTH_ALPHA:g} (reported, not a bar)"
     )
     return table
+
+
+def _bars_note(records: Sequence[TrainVerification], bars: TrainThresholds) -> str:
+    """The bars, and where the dtype's own spread (a second reference at another chunk size) raised them:
+    FLOOR_FACTOR x its largest error, case by case."""
+    text = f"bars: max loss rel <= {bars.loss_rel:g}, max grad-norm rel <= {bars.grad_norm_rel:g}"
+    floors = [r for r in records if r.floor_grad_norm]
+    if not floors:
+        return text
+    loss = max(max(r.floor_loss_rel, default=0.0) for r in floors)
+    norm = max(max(r.floor_grad_norm_rel, default=0.0) for r in floors)
+    return (
+        f"{text}, or {FLOOR_FACTOR:g}x the dtype's own spread where larger (a second single-rank reference, "
+        f"the same weights and batches at another chunk size, moved up to loss {loss:.1e}, grad norm "
+        f"{norm:.1e} from the reference)"
+    )
 
 
 def per_step_table(group: TrainGroup) -> TableData:

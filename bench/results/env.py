@@ -149,8 +149,20 @@ def now_iso() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
+REF_ENV = "BENCH_GIT_REF"
+"""The ref a worktree was checked out from (`bench compare` and `bench run --commits` set it for each
+side): the branch a detached checkout records, instead of git's "HEAD"."""
+
+
+def _branch(abbrev: str | None) -> str:
+    if abbrev == "HEAD":  # detached: a worktree of bench compare or a backfill
+        return os.environ.get(REF_ENV) or "detached"
+    return abbrev or "unknown"
+
+
 def git_info() -> GitInfo:
-    """Commit, branch and dirty flag of the checkout the code runs from."""
+    """Commit, branch and dirty flag of the checkout the code runs from; a detached checkout's branch is
+    the ref it was checked out from (REF_ENV), else "detached"."""
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return GitInfo(commit="unknown", branch="unknown", dirty=False)
@@ -158,7 +170,7 @@ def git_info() -> GitInfo:
     date, subject = commit_metadata(REPO_ROOT, commit)
     return GitInfo(
         commit=commit,
-        branch=_git("rev-parse", "--abbrev-ref", "HEAD") or "unknown",
+        branch=_branch(_git("rev-parse", "--abbrev-ref", "HEAD")),
         dirty=bool(status),
         date=date,
         subject=subject,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,16 @@ def write_new(path: Path, text: str) -> None:
     with O_EXCL, so that nothing is ever written over an existing file)."""
     with path.open("x", encoding="utf-8", newline="") as f:
         f.write(text)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write `text` to `path`, over an existing file at once (a temporary file beside it, renamed): a reader
+    sees the old file or the new one, never half of one. Only for files a command was told by name to
+    replace (`bench export --out FILE --replace`)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def check_out_folder(out: str, flag: str = "--out") -> None:

@@ -78,9 +78,33 @@ class Override:
     """One `--set key=value`."""
 
     key: str
+    """The top-level key it sets (`train` of `--set train.vocab_size=512`)."""
     value: Any
     text: str
     """The flag as given, for messages: `--set cp=[1,2]`, `--device cpu`."""
+    path: tuple[str, ...] = ()
+    """The keys below `key` a dotted key sets inside a mapping (`("vocab_size",)`), the rest kept."""
+
+    def apply(self, data: dict[str, Any]) -> None:
+        """Set the value into `data` (a file's mapping): the whole key, or one key inside its mapping;
+        ConfigError when what a dotted key reaches into is not a mapping."""
+        if not self.path:
+            data[self.key] = self.value
+            return
+        node = data
+        for depth, key in enumerate((self.key, *self.path[:-1])):
+            child = node.get(key)
+            if child is None:
+                child = {}
+            if not isinstance(child, dict):
+                reached = ".".join((self.key, *self.path)[: depth + 1])
+                raise ConfigError(
+                    f"{self.text}: {reached} is not a mapping here, so no key can be set inside it; set it "
+                    f"whole, e.g. --set '{reached}={{...}}'"
+                )
+            node[key] = child = dict(child)  # a copy: the file's own mapping is never changed
+            node = child
+        node[self.path[-1]] = self.value
 
 
 def parse_overrides(items: Iterable[str], device: str | None = None) -> list[Override]:
@@ -89,9 +113,9 @@ def parse_overrides(items: Iterable[str], device: str | None = None) -> list[Ove
     known = SUITE_KEYS.keys() | SCENARIO_KEYS.keys()
     out = []
     for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
+        dotted, sep, raw = item.partition("=")
+        key, *path = dotted.strip().split(".")
+        if not sep or not key or not all(path):
             raise ConfigError(f"--set {item}: expected key=value, e.g. --set repeat=3 or --set 'cp=[1, 2]'")
         if key not in known:
             raise ConfigError(f"--set {item}: unknown key '{key}'; {suggest(key, known)}")
@@ -103,7 +127,7 @@ def parse_overrides(items: Iterable[str], device: str | None = None) -> list[Ove
                 f"--set {item}: {key}: the value is not valid YAML ({problem}); write it as in a scenario "
                 "file, e.g. --set 'cp=[1, 2]'"
             ) from None
-        out.append(Override(key=key, value=value, text=f"--set {item}"))
+        out.append(Override(key=key, value=value, text=f"--set {item}", path=tuple(path)))
     if device is not None:
         out.append(Override(key="device", value=device, text=f"--device {device}"))
     return out
@@ -324,7 +348,8 @@ def load_suite(path: str | Path | None = None, overrides: Iterable[Override] = (
         root = file.resolve().parent
     locate = Locator(file, lines, overrides)
     _check_keys(data, SUITE_KEYS, locate)
-    data.update({o.key: o.value for o in overrides})
+    for o in overrides:
+        o.apply(data)
     return Suite(config=_build(SuiteConfig, data, locate), root=root, path=file)
 
 
@@ -375,9 +400,10 @@ def _apply_overrides(data: dict[str, Any], overrides: list[Override]) -> None:
     sweeps = data.get("sweeps") if isinstance(data.get("sweeps"), list) else []
     for o in overrides:
         replaced = LENGTH_KEYS if o.key in LENGTH_KEYS else (o.key,)
-        for key in replaced:
-            data.pop(key, None)
-        data[o.key] = o.value
+        if not o.path:  # a dotted key sets inside the mapping, keeping the rest
+            for key in replaced:
+                data.pop(key, None)
+        o.apply(data)
         if o.key in SWEEP_KEYS:
             for entry in sweeps:
                 if isinstance(entry, dict):

@@ -27,6 +27,7 @@ AdamW on both.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import torch
@@ -252,6 +253,24 @@ def _cp_step(
     return loss_value, norm
 
 
+def _floor_twin(
+    reference: Qwen35Hybrid | None,
+    config: Qwen35HybridConfig,
+    compute_dtype: torch.dtype | None,
+    settings: TrainSettings,
+) -> tuple[Qwen35Hybrid, MixedPrecision | None, torch.optim.Optimizer] | None:
+    """On the reference's rank, a second single-rank reference (its model, cast and optimizer): the same
+    weights at another chunk size, the same math in another rounding order, whose distance from the
+    reference is the dtype's own spread (TrainVerification.bar). None on the other ranks."""
+    if reference is None:
+        return None
+    chunk = config.chunk_size // 2 if config.chunk_size >= 32 else config.chunk_size * 2
+    twin = Qwen35Hybrid(dataclasses.replace(config, chunk_size=chunk)).to(next(reference.parameters()).device)
+    twin.load_state_dict(reference.state_dict())
+    cast = MixedPrecision(twin, compute_dtype) if compute_dtype is not None else None
+    return twin, cast, _adamw(twin, settings)
+
+
 def _reference_step(
     reference: Qwen35Hybrid,
     ref_cast: MixedPrecision | None,
@@ -311,6 +330,7 @@ def train_on_rank(
     ref_cast = MixedPrecision(reference, compute_dtype) if mixed and reference is not None else None
     optimizer = _adamw(model, settings)
     ref_optimizer = _adamw(reference, settings) if reference is not None else None
+    floor = _floor_twin(reference, config, compute_dtype if mixed else None, settings)
     out = Trajectory(grad_reduction=reduction, params_checked=checked, mismatched_params=mismatched)
     generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
     for _ in range(steps):
@@ -322,6 +342,10 @@ def train_on_rank(
             loss, norm = _reference_step(reference, ref_cast, ref_optimizer, batch)
             out.ref_loss.append(loss)
             out.ref_grad_norm.append(norm)
+        if floor is not None:
+            loss, norm = _reference_step(*floor, batch)
+            out.floor_loss.append(loss)
+            out.floor_grad_norm.append(norm)
 
     shared = [out]
     dist.broadcast_object_list(shared, src=0, group=group)  # rank 0 holds the reference's numbers

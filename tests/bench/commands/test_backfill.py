@@ -16,6 +16,7 @@ from tiny import TINY_LAYER_YAML
 
 from bench.cli import main
 from bench.commands import commits as commits_command
+from bench.commands.session import CaseChoice
 from bench.errors import UserError
 from bench.judge.history import FAILED_SUFFIX, load_history
 from bench.launch.backfill import resolve_commits
@@ -77,7 +78,7 @@ def test_a_backfill_records_every_commit_and_resumes(
     def backfill() -> int:
         specs = [first, f"{first}..HEAD"]
         return commits_command.run_commits(
-            ["tiny"], specs, history_dir=str(history), machine="m", console=QUIET
+            CaseChoice(["tiny"]), specs, history_dir=str(history), machine="m", console=QUIET
         )
 
     assert backfill() == 2  # a commit failed, the others ran

@@ -395,8 +395,8 @@ def test_table_and_markdown_output(files):
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     assert compare.run(str(files["base"]), str(files["slower"]), fmt="markdown", console=console) == 0
     md = console.export_text()
-    assert "| case | base | head | head/base | verdict | detects | mem delta |" in md
-    assert "| :--- | ---: | ---: | ---: | :--- | ---: | ---: |" in md
+    assert "| case | verdict | head/base | base | head | detects | mem delta |" in md
+    assert "| :--- | :--- | ---: | ---: | ---: | ---: | ---: |" in md
     slower = load_result(files["slower"]).cases[1]
     row = next(line for line in md.splitlines() if line.startswith("| p2p-ckpt-cp2-T64-fwd"))
     assert f"| {format_time(slower)} |" in row and "| worse |" in row  # the time every view prints

@@ -92,7 +92,13 @@ def test_out_writes_a_new_file_and_never_overwrites(tmp_path: Path, capsys):
     assert main(["export", str(ABLATION), "--out", str(out)]) == 0
     assert out.read_text() == to_csv(export_rows(load_result(ABLATION), ABLATION.name))
     assert main(["export", str(ABLATION), "--out", str(out)]) == 1
-    assert "the file exists, and exports never overwrite one" in capsys.readouterr().err
+    assert "the file exists; give another name, or --replace to write over it" in capsys.readouterr().err
+    # told by name, it replaces the file whole (issue 37: there was no way to)
+    out.write_text("stale\n")
+    assert main(["export", str(ABLATION), "--format", "jsonl", "--out", str(out), "--replace"]) == 0
+    assert next(json.loads(line)["file"] for line in out.read_text().splitlines()) == ABLATION.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]  # no temporary file left
+    assert main(["export", str(ABLATION), "--replace"]) == 1  # --replace needs --out
     with pytest.raises(UserError, match="unknown format"):
         export.export_text([str(ABLATION)], format="xml")
 

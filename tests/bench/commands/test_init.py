@@ -91,7 +91,7 @@ def test_init_writes_the_defaults_and_never_overwrites(tmp_path: Path):
     assert written == sorted(p.name for p in PACKAGED_SCENARIOS.glob("*.yaml"))
     listed = bench(tmp_path, "list")
     assert (
-        listed.returncode == 0 and "scenarios in scenarios" in listed.stdout and "cpu-smoke" in listed.stdout
+        listed.returncode == 0 and "scenarios (scenarios)" in listed.stdout and "cpu-smoke" in listed.stdout
     )
     (tmp_path / "scenarios" / "cpu-smoke.yaml").write_text("# mine\n")
     again = bench(tmp_path, "init")

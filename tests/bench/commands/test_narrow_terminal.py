@@ -10,13 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
+from rich.text import Text
 
 from bench.commands import compare as compare_command
 from bench.commands import gate as gate_command
+from bench.commands import history as history_command
+from bench.commands import list as list_command
+from bench.commands import model as model_command
 from bench.commands import show
-from bench.console import COLUMN_OVERHEAD, fit_columns
-from bench.render.formats import CASE_LINE_LEGEND
+from bench.console import COLUMN_OVERHEAD, fit_columns, print_path
+from bench.render.formats import CASE_LINE_LEGEND, case_line
+from bench.results.store import load_result
 from tests.bench.multiround import saved_in_rounds
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -95,3 +101,46 @@ def test_piped_output_takes_its_width_from_columns():
     env.pop("COLUMNS")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "160"  # a log without COLUMNS: wide, so that case ids are never cut
+
+
+def _at(width: int, fn) -> list[str]:
+    out = io.StringIO()
+    fn(Console(file=out, width=width, highlight=False, color_system=None))
+    return out.getvalue().splitlines()
+
+
+def _fits(lines: list[str], width: int) -> None:
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    assert not any("…" in line for line in lines), [line for line in lines if "…" in line]
+
+
+LINKS = REPO / "results" / "links-gloo-amd-epyc-2core.yaml"
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_every_command_fits_the_terminal(width: int, tmp_path: Path):
+    """Issue 37: list, show, compare, model, history and the status lines of run and profile, rendered
+    at 80 and 100 columns: no line is longer, no cell is cut."""
+    scaling = str(saved_in_rounds(FIXTURES / "scaling.json", tmp_path / "scaling.json"))
+    views = {
+        "list": lambda c: list_command.run(console=c),
+        "list SCENARIO": lambda c: list_command.run(["cpu-smoke"], console=c),
+        "show": lambda c: show.run(scaling, console=c),
+        "compare": lambda c: compare_command.run(scaling, scaling, console=c),
+        "model check": lambda c: model_command.run_check([scaling], LINKS, console=c),
+        "model table": lambda c: model_command.run_table([scaling], LINKS, console=c),
+        "history": lambda c: history_command.run([scaling, scaling], fmt="table", console=c),
+    }
+    for name, view in views.items():
+        lines = _at(width, view)
+        assert lines, name
+        _fits(lines, width)
+    run = load_result(scaling)
+    for result in run.cases:  # bench run's status line of every case, its round and this round's time
+        line = case_line(result, width, "r2/2 ", ["this round 12.345 ms"])
+        plain = Text.from_markup(line).plain.splitlines()
+        _fits(plain, width)
+        assert result.case.case_id in plain[0]  # the id is never split off its status
+    path = "results/profiles/20261204-120000-ulysses-cp4-T32768-fwd_bwd-a-long-folder-name/rank<r>.json"
+    lines = _at(width, lambda c: print_path(c, "traces", path, "(open in https://ui.perfetto.dev)"))
+    assert path in [line.strip() for line in lines]  # the path on a line of its own, whole

@@ -25,6 +25,7 @@ from bench.cli import main
 from bench.commands import run as run_command
 from bench.errors import UserError
 from bench.launch.estimate import estimate_peak_bytes
+from bench.measure.contention import Window
 from bench.results import store
 from bench.results.store import clean_rounds, load_result
 
@@ -517,3 +518,22 @@ def test_two_torchrun_nodes_sweep_every_cp_in_one_job(suite_dir: Path):
 def _without_busy_warning(err: str) -> str:
     """stderr without the busy-machine warning a loaded test machine gets at the start of a run."""
     return "\n".join(line for line in err.splitlines() if not line.startswith("warning: busy machine"))
+
+
+def test_a_run_opens_with_what_it_will_do_and_a_busy_machine_is_said_first(
+    suite_dir: Path, capsys, monkeypatch
+):
+    """Issue 37: `bench run` printed no opening line and gave no warning up front on a busy machine;
+    --require-idle refuses to start there, leaving no file of an empty run."""
+    busy = Window(busy_s=1.6, own_s=0.0, steal_s=0.0, total_s=2.0)  # others took 80% of 2 CPU-seconds
+    monkeypatch.setattr(run_command, "probe", lambda: busy)
+    out = suite_dir / "idle.json"
+    with pytest.raises(UserError, match=r"--require-idle: the machine is busy \(others took 80% of the CPU"):
+        run_command.run(filters=["cp=1"], output=str(out), require_idle=True)
+    assert not out.exists()
+    assert run_command.run(filters=["cp=1"], output=str(out)) == 0
+    captured = capsys.readouterr()
+    assert "warning: busy machine: others took 80% of the CPU" in captured.err
+    opening = next(line for line in captured.out.splitlines() if line.startswith("running "))
+    assert opening.startswith("running 2 cases x up to 2 rounds (4 case-rounds) of tiny on cpu (gloo)")
+    assert "results in idle.json" in " ".join(captured.out.split())

@@ -7,7 +7,7 @@ import dataclasses
 
 from tiny import tiny_scenario
 
-from bench.launch.schedule import round_batches, slots_left
+from bench.launch.schedule import round_batches, slot_work, slots_left, work_left
 from bench.suite.config import Sweep
 
 SCENARIO = tiny_scenario(
@@ -42,3 +42,16 @@ def test_only_the_rounds_a_case_lacks_and_stop_after_round():
     assert round_batches(CASES, {c.key(): 1 for c in CASES}, 1, seed=1, stop_after=1) == []
     one = dataclasses.replace(CASES[2], rounds=1)
     assert round_batches([one], {}, 1, seed=1) == []
+
+
+def test_the_time_left_weighs_each_case_by_its_kind():
+    """Issue 37: the ETA read 1:43 left at 139/190 with 8 minutes to go: it counted cases alike, while a
+    long forward+backward costs many short forwards. A case-round's work grows with its tokens and pass,
+    and the work left is the sum over the rounds still to run."""
+    short = dataclasses.replace(CASES[0], seq_len=2048, pass_="forward")
+    long = dataclasses.replace(short, seq_len=32768)
+    backward = dataclasses.replace(long, pass_="forward_backward")
+    assert slot_work(short) < slot_work(long) < slot_work(backward)
+    assert slot_work(long) / slot_work(short) > 8  # 16x the tokens, the start's share aside
+    done = {CASES[0].key(): 2}
+    assert work_left(CASES, done) == sum(3 * slot_work(c) for c in CASES) - 2 * slot_work(CASES[0])

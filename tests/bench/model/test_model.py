@@ -228,11 +228,9 @@ def test_the_table_calls_a_tie_within_its_own_error() -> None:
     best = Prediction(_case("p2p", 64, 1 << 20), compute_s=1.0, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
     close = Prediction(_case("scan", 64, 1 << 20), compute_s=1.05, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
     far = Prediction(_case("scan", 64, 1 << 20), compute_s=1.5, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
-    assert (
-        model_command._why(best, [best, close], 0.11) == "tie with scan within the model's error (+5% <= 11%)"
-    )
-    assert model_command._why(best, [best, far], 0.11) == "next scan +50%"
-    assert model_command._why(best, [best, far], None) == "next scan +50% (the model's error is unchecked)"
+    assert model_command._why(best, [best, close], 0.11) == "scan +5% (tie)"
+    assert model_command._why(best, [best, far], 0.11) == "scan +50%"
+    assert model_command._why(best, [best, far], None) == "scan +50% (unchecked)"
     assert model_command._why(best, [best], 0.11) == ""
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from bench.records import from_dict, to_dict
+from bench.results import env
 from bench.results.env import Environment, collect_environment, cpu_model, git_info
 from gdn_cp.distributed import resolve_platform
 
@@ -32,3 +33,14 @@ def test_cpu_model(tmp_path: Path):
     info.write_text("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\nflags\t: fpu\n")
     assert cpu_model(info) == "Example CPU @ 2.0GHz"
     assert cpu_model(tmp_path / "missing")  # falls back to the platform's processor string
+
+
+def test_a_detached_checkout_records_the_ref_it_was_checked_out_from(monkeypatch):
+    """Issue 37: a `--commits` run recorded its branch as "HEAD" (git's answer in a detached worktree)."""
+    answers = {("rev-parse", "--abbrev-ref", "HEAD"): "HEAD"}
+    real = env._git
+    monkeypatch.setattr(env, "_git", lambda *args: answers.get(args, real(*args)))
+    monkeypatch.delenv(env.REF_ENV, raising=False)
+    assert env.git_info().branch == "detached"
+    monkeypatch.setenv(env.REF_ENV, "main~3")
+    assert env.git_info().branch == "main~3"

@@ -248,10 +248,27 @@ def test_set_errors_name_the_flag(write_scenario):
     assert msg.startswith("scenarios/s.yaml (--set cp=[3]): cp: case ulysses-cp3-T128-fwd:")
 
 
+def test_a_dotted_set_key_sets_inside_a_mapping_and_keeps_the_rest(write_scenario):
+    """Issue 37: `--set train.vocab_size=512` was refused; the whole mapping had to be given."""
+    text = BASE + "train:\n  steps: 7\n  vocab_size: 256\n"
+    s = load(write_scenario, text, ["train.vocab_size=512", "thresholds.bf16.rel_l2=0.02"])
+    assert s.train is not None and s.train.vocab_size == 512 and s.train.steps == 7  # the rest kept
+    assert s.thresholds == {"bf16": {"rel_l2": 0.02}}  # a mapping the file did not have is made
+    assert load(write_scenario, BASE, ["train.steps=3"]).train.steps == 3
+    msg = error_of(load, write_scenario, text, ["train.steps.x=1"])
+    assert msg == (
+        "--set train.steps.x=1: train.steps is not a mapping here, so no key can be set inside it; set it "
+        "whole, e.g. --set 'train.steps={...}'"
+    )
+    msg = error_of(load, write_scenario, text, ["train.vocab_sise=512"])
+    assert "vocab_sise" in msg and "--set train.vocab_sise=512" in msg  # the unknown inner key, named
+
+
 @pytest.mark.parametrize(
     ("item", "expected"),
     [
         ("repeat", "--set repeat: expected key=value, e.g. --set repeat=3"),
+        ("train.=3", "--set train.=3: expected key=value"),
         ("=3", "--set =3: expected key=value"),
         ("rpeat=3", "--set rpeat=3: unknown key 'rpeat'; did you mean 'repeat'?"),
         ("cp=[1,", "--set cp=[1,: cp: the value is not valid YAML"),
