@@ -20,16 +20,17 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from bench.commands import common_args
 from bench.console import console as default_console
+from bench.console import print_warning
 from bench.errors import UserError
 from bench.judge.reference import scenario_order
 from bench.launch.estimate import human_bytes
 from bench.launch.launcher import MAX_RANKS_PER_CORE, torchrun_env
+from bench.measure.contention import busy, probe
 from bench.model.calibrate import calibrate
-from bench.model.links import Interconnect, load_interconnect
+from bench.model.links import Interconnect, fit_quality, load_interconnect
 from bench.model.predict import (
     ComputeModel,
     Prediction,
@@ -132,13 +133,29 @@ def _write_new(path: Path, text: str) -> None:
         raise UserError(f"{path}: cannot write it ({exc.strerror}); give another path") from None
 
 
-def _links_table(links: Interconnect) -> Table:
-    table = Table(title=f"{links.name} ({links.source})")
-    for header in ("kind", "latency", "bandwidth"):
-        table.add_column(header, justify="left" if header == "kind" else "right")
+def _links_table(links: Interconnect) -> TableData:
+    """Each kind's latency and bandwidth, and how well they fit the calibration's samples (the median
+    error, the fastest call), with a note for each fit not to trust."""
+    rows, notes = [], []
     for kind, link in links.links.items():
-        table.add_row(kind, f"{link.latency_s * 1e6:.0f} us", f"{link.bandwidth_bytes_s / 1e9:.2f} GB/s")
-    return table
+        cells = [kind, f"{link.latency_s * 1e6:.0f} us", f"{link.bandwidth_bytes_s / 1e9:.2f} GB/s"]
+        samples = [(s["cp"], s["bytes"], s["seconds"]) for s in links.samples if s["kind"] == kind]
+        if not samples:  # a typed links file: nothing measured to check the fit against
+            cells += ["-", "-"]
+        else:
+            q = fit_quality(kind, link, samples)
+            cells += [f"{100 * q.median_error:.0f}%", f"{q.smallest_s * 1e6:.0f} us"]
+            if not q.trusted(link):
+                notes.append(
+                    f"{kind}: not a fit to trust (median error {q.median_error:.0%}, latency "
+                    f"{link.latency_s * 1e6:.0f} us against a fastest call of {q.smallest_s * 1e6:.0f} us); "
+                    "calibrate again on an idle machine, or with more --cp sizes"
+                )
+        rows.append(cells)
+    headers = ["kind", "latency", "bandwidth", "fit error", "fastest call"]
+    return TableData(
+        title=f"{links.name} ({links.source})", headers=headers, rows=rows, numeric={1, 2, 3, 4}, notes=notes
+    )
 
 
 def run_calibrate(
@@ -161,10 +178,13 @@ def run_calibrate(
         )
     if writes:
         _new_file(output)
+        reason = busy(probe())
+        if reason is not None:  # a busy host's latencies are the other work's
+            print_warning(f"busy machine: {reason}; the fitted links will carry it (calibrate when idle)")
     links = calibrate(tuple(cps), device=device)
     if writes:
         _write_new(output, yaml.safe_dump(links.to_dict(), sort_keys=False))
-        console.print(_links_table(links))
+        print_tables([_links_table(links)], console)
         console.print(f"wrote {output}")
     return 0
 

@@ -156,6 +156,26 @@ def load_interconnect(path: Path) -> Interconnect:
     return interconnect_from_dict(data, str(path))
 
 
+@dataclass(frozen=True, slots=True)
+class FitQuality:
+    """How well a link's alpha-beta line fits its calibration samples."""
+
+    median_error: float
+    """Median |predicted - measured| / measured over the samples."""
+    smallest_s: float
+    """The fastest call measured: a latency fitted above it cannot be the cost of a call."""
+
+    def trusted(self, link: Link) -> bool:
+        """The fit is within 25% of its samples at the median and its latency is not above any call."""
+        return self.median_error <= 0.25 and link.latency_s <= self.smallest_s
+
+
+def fit_quality(kind: str, link: Link, samples: Sequence[tuple[int, int, float]]) -> FitQuality:
+    """The fit's error on (cp, bytes, seconds) samples of one kind."""
+    errors = [abs(link.time_s(steps(kind, cp), wire_bytes(kind, cp, n)) - s) / s for cp, n, s in samples]
+    return FitQuality(median_error=float(np.median(errors)), smallest_s=min(s for _, _, s in samples))
+
+
 def fit_link(kind: str, samples: Sequence[tuple[int, int, float]]) -> Link:
     """Least squares, non-negative, of t = steps alpha + wire_bytes / beta over (cp, bytes, seconds) samples
     of one kind."""

@@ -95,11 +95,22 @@ def contention_summary(run: RunResult) -> str | None:
     if not shared:
         return None
     cases, measured = contended_cases(ok)
+    if not cases:  # some rounds shared, every case has clean ones: no time shown is the other work's
+        return (
+            f"{shared} of {rounds} rounds were timed while the machine was shared; no case was in every "
+            "round, and each estimate leaves those rounds out"
+        )
     return (
         f"{cases} of {measured} cases contended (every round timed while the machine was shared: not the "
         f"code's time alone); {shared} of {rounds} rounds in all (a case's estimate leaves its contended "
         "rounds out while it has others)"
     )
+
+
+def contention_label(run: RunResult) -> str:
+    """The word before `contention_summary` in every view: "contended" when some case was in every round,
+    else "shared rounds" (a few rounds, left out of the estimates)."""
+    return "contended" if contended_cases(run.cases)[0] else "shared rounds"
 
 
 def incomplete_summary(run: RunResult) -> str | None:

@@ -477,6 +477,7 @@ def _scaling(chart: ScalingChart, sources: Sequence[Source], scenario: str) -> F
     grid = _grid(sources, scenario, lengths)
     fig, axes = _figure(len(grid), len(grid[0]))
     highest = [0.0] * len(grid)
+    drawn: set[Variant] = set()
     for row, panels in enumerate(grid):
         for col, (pass_, length, shown) in enumerate(panels):
             ax = axes[row][col]
@@ -484,6 +485,8 @@ def _scaling(chart: ScalingChart, sources: Sequence[Source], scenario: str) -> F
             for i, s in enumerate(sources):
                 for v in shown:
                     points = chart.points(s.run, scenario, v, pass_, length)
+                    if len(points) > 1:  # a series of cp=1 alone draws no scaling
+                        drawn.add(v)
                     if points:
                         degrees.update(p.cp for p in points)
                         highest[row] = max(highest[row], *chart.draw(ax, i, v, points))
@@ -496,7 +499,7 @@ def _scaling(chart: ScalingChart, sources: Sequence[Source], scenario: str) -> F
                 ax.set_ylabel(chart.ylabel)
             ax.grid(True, alpha=0.3)
     _from_zero(axes, highest)
-    variants = _all_variants(sources, scenario)
+    variants = [v for v in _all_variants(sources, scenario) if v in drawn]  # the legend names what is drawn
     _finish(
         fig,
         title=chart.title,

@@ -27,6 +27,7 @@ from bench.render.document import Image, Paragraph, Section, Table, document_blo
 from bench.render.formats import (
     TIME_NOTE,
     contended_cases,
+    contention_label,
     contention_summary,
     format_mib,
     format_time,
@@ -134,7 +135,8 @@ def overview(runs: Sequence[ReportRun]) -> Section:
     for r in _timing(runs):  # a banner per file timed on a shared machine: never presented as clean
         shared = contention_summary(r.run)
         if shared is not None:
-            blocks.insert(0, Paragraph(text=f"CONTENDED, #{r.number} {r.label}: {shared}."))
+            label = contention_label(r.run).upper()
+            blocks.insert(0, Paragraph(text=f"{label}, #{r.number} {r.label}: {shared}."))
         short = incomplete_summary(r.run)
         if short is not None:
             blocks.insert(0, Paragraph(text=f"INCOMPLETE, #{r.number} {r.label}: {short}."))

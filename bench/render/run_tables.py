@@ -14,7 +14,13 @@ from rich.table import Table
 from bench.errors import first_line
 from bench.judge.reference import not_measured, reference_tables
 from bench.render.document import Paragraph, Section, document_blocks, render_markdown
-from bench.render.formats import CASE_LINE_LEGEND, contention_summary, incomplete_summary, mostly_contended
+from bench.render.formats import (
+    CASE_LINE_LEGEND,
+    contention_label,
+    contention_summary,
+    incomplete_summary,
+    mostly_contended,
+)
 from bench.render.tables import (
     TableData,
     documents_table,
@@ -72,7 +78,7 @@ def render(run: RunResult, console: Console) -> None:
     print_tables([reference_table_data(t, run) for t in reference_tables(run)], console)
     shared = contention_summary(run)
     if shared is not None:
-        console.print(f"[bold yellow]contended[/]: {escape(shared)}")
+        console.print(f"[bold yellow]{contention_label(run)}[/]: {escape(shared)}")
     short = incomplete_summary(run)
     if short is not None:
         console.print(f"[bold yellow]incomplete[/]: {escape(short)}")
@@ -112,7 +118,7 @@ def markdown(run: RunResult) -> str:
     ]
     shared = contention_summary(run)
     blocks = [Paragraph(text=line) for line in header_lines(run)[1:]]
-    blocks += [Paragraph(text=f"CONTENDED: {shared}")] if shared else []
+    blocks += [Paragraph(text=f"{contention_label(run).upper()}: {shared}")] if shared else []
     short = incomplete_summary(run)
     blocks += [Paragraph(text=f"INCOMPLETE: {short}")] if short else []
     blocks += document_blocks(tables)

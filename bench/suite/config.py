@@ -453,7 +453,7 @@ class Case:
     mode: Mode
     """CP mode."""
     checkpoint: bool | None
-    """Summary checkpoint (p2p, all_gather); None for ulysses, which has no summary."""
+    """Summary checkpoint (the modes with a summary: p2p, all_gather, scan); None for ulysses."""
     cp: int
     """CP degree: ranks."""
     seq_len: int

@@ -19,6 +19,7 @@ from bench.model.links import (
     Interconnect,
     Link,
     fit_link,
+    fit_quality,
     interconnect_from_dict,
     steps,
     wire_bytes,
@@ -245,3 +246,23 @@ def test_compute_of_another_device_is_refused(tmp_path: Path, capsys) -> None:
         "measured on cpu, but" in err and "holds cuda links: compute must come from the target device" in err
     )
     assert "bench run gpu-smoke --filter cp=1" in err
+
+
+def test_a_fit_says_how_well_it_fits_its_samples() -> None:
+    """Issue 37: calibrate said nothing of the fit's quality (a p2p latency of 1104 us fitted against a
+    whole 128 KiB call of 167 us). A latency above the fastest call, or a median error over 25%, is
+    flagged."""
+    link = Link(latency_s=100e-6, bandwidth_bytes_s=1e9)
+    exact = [(2, n, link.time_s(steps("p2p", 2), wire_bytes("p2p", 2, n))) for n in (1 << 10, 1 << 17)]
+    quality = fit_quality("p2p", link, exact)
+    assert quality.median_error < 1e-12 and quality.trusted(link)
+    wild = Link(latency_s=1104e-6, bandwidth_bytes_s=1e9)
+    quality = fit_quality("p2p", wild, [(2, 1 << 17, 167e-6), (2, 1 << 10, 150e-6)])
+    assert quality.smallest_s == 150e-6 and not quality.trusted(wild)
+    samples = [{"kind": "p2p", "cp": 2, "bytes": 1 << 17, "seconds": 167e-6}]
+    table = model_command._links_table(Interconnect("gloo", "measured", {"p2p": wild}, samples=samples))
+    assert table.rows[0][3:] == [
+        f"{100 * fit_quality('p2p', wild, [(2, 1 << 17, 167e-6)]).median_error:.0f}%",
+        "167 us",
+    ]
+    assert table.notes and table.notes[0].startswith("p2p: not a fit to trust")

@@ -137,3 +137,17 @@ def test_scaling_above_ideal_or_from_a_contended_side_is_flagged(tmp_path: Path)
     title, sections = build_report(report_runs([shared], [Path("run.json")]))
     report = document_markdown(title, sections, MarkdownCharts(folder=tmp_path / "d", relative_to=tmp_path))
     assert "- (contended)" in report and "(83%)" not in report  # no efficiency from a contended side
+
+
+def test_a_few_shared_rounds_are_not_called_contended_cases():
+    """The committed baseline's report read "CONTENDED: 0 of 140 cases contended ... 7 of 700 rounds": a
+    contradiction. A run whose cases each have clean rounds says how many rounds were shared, and no more."""
+    run = _spread_run()
+    first = run.cases[0]
+    shared = Contention(0.6, 0.0, 1.0, 2.0, True)
+    rounds = [dataclasses.replace(first.rounds[0], contention=shared), *first.rounds[1:]]
+    run.cases[0] = dataclasses.replace(first, rounds=rounds)
+    text = _text(lambda c: run_tables.render(run, c))
+    assert "shared rounds: 1 of 12 rounds were timed while the machine was shared" in " ".join(text.split())
+    assert "cases contended" not in text
+    assert run_tables.markdown(run).count("SHARED ROUNDS: 1 of 12 rounds") == 1
