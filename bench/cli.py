@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import sys
 from typing import NoReturn
 
-from bench.commands import COMMANDS
+from bench.commands import NAMES, module, summary
 from bench.console import print_error
 from bench.errors import UserError
-from bench.results.store import ResultWriteError
-from gdn_cp import __version__
-from gdn_cp.distributed import PlatformError
 
 
 class Parser(argparse.ArgumentParser):
@@ -35,25 +34,50 @@ class Parser(argparse.ArgumentParser):
         return prefix + ", ".join(named) if named else message
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; `only`: the one subcommand whose module is imported and whose flags are added
+    (the others listed by their help alone), None: every one."""
     parser = Parser(
         prog="bench",
         description="Benchmark, profile and verify context parallelism of Gated DeltaNet linear attention.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS:
+    for name in NAMES:
         # argparse %-formats a subcommand's help ("%(prog)s"): a literal % ("95% interval") is written %%
-        cmd = sub.add_parser(module.NAME, help=module.HELP.replace("%", "%%"), description=module.HELP)
-        module.add_arguments(cmd)
-        cmd.set_defaults(_main=module.main, _parser=cmd)
+        cmd = sub.add_parser(name, help=summary(name).replace("%", "%%"), description=summary(name))
+        if only is None or name == only:
+            command = module(name)
+            command.add_arguments(cmd)
+            cmd.set_defaults(_main=command.main, _parser=cmd)
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("gdn-cp-bench")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand `argv` names (the first word that is not a flag), if it is one."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in NAMES else None
+
+
+def _user_facing() -> tuple[type[BaseException], ...]:
+    """Errors of the library and the store that are the user's to fix, looked up when one is raised: the
+    modules that define them import torch, which `bench --help` does without."""
+    platform = importlib.import_module("gdn_cp.distributed").PlatformError
+    return (platform, importlib.import_module("bench.results.store").ResultWriteError)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; a user error (UserError, a usage error, or a device that cannot be used) is one red
     line, exit 1."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=_command(argv) or "")  # "" loads no command: `bench --help`, a typo
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:  # named by the subcommand, whose --help lists its flags
@@ -62,11 +86,16 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 0 if args.command is None else 1
         return int(args._main(args) or 0)
-    except (UserError, PlatformError) as exc:
+    except SystemExit:  # --help, --version: argparse's own exit, before any command module loads
+        raise
+    except UserError as exc:
         print_error(str(exc))
         return 1
-    except ResultWriteError as exc:  # a result file that cannot be written (disk full): it keeps what it held
-        print_error(exc.strerror or str(exc))
+    except Exception as exc:
+        if not isinstance(exc, _user_facing()):
+            raise
+        # a device that cannot be used; a result file that cannot be written (disk full: it keeps its cases)
+        print_error(getattr(exc, "strerror", None) or str(exc))
         return 1
 
 

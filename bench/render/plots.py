@@ -529,19 +529,21 @@ def _draw_strong(ax: Any, i: int, v: Variant, points: list[analysis.ScalingPoint
     ax.errorbar(cps, ratios, yerr=yerr, capsize=2, **_style(i, v.mode))
     # a ratio is as contended as either of its two cases
     _mark_contended(ax, cps, ratios, [p.result if p.result.contended else p.base for p in points])
-    above = [(p.cp, p.ratio) for p in points if p.caveat == "implausible: above ideal"]
-    if above:  # a speedup past the CP degree is not CP's: ringed and named where it is drawn
-        ax.plot(*zip(*above, strict=True), "o", ms=13, mfc="none", mec="#c62828", mew=1.5)
-        for cp, ratio in above:
-            ax.annotate(
-                "above ideal",
-                (cp, ratio),
-                xytext=(6, 6),
-                textcoords="offset points",
-                fontsize=7,
-                color="#c62828",
-            )
-    return ratios
+    for p in points:  # a speedup past the CP degree is not CP's: ringed and named where it is drawn
+        if p.caveat != "implausible: above ideal":
+            continue
+        shown = min(p.ratio, IMPLAUSIBLE_CLIP * p.cp)  # far past ideal: at the clip, its value written
+        ax.plot([p.cp], [shown], "o", ms=13, mfc="none", mec="#c62828", mew=1.5)
+        label = "above ideal" if shown == p.ratio else f"above ideal: {p.ratio:.1f}x"
+        ax.annotate(
+            label, (p.cp, shown), xytext=(6, 6), textcoords="offset points", fontsize=7, color="#c62828"
+        )
+    # the axis follows what CP can do: one impossible point must not flatten the ideal line and the rest
+    return [min(r, IMPLAUSIBLE_CLIP * p.cp) for r, p in zip(ratios, points, strict=True)]
+
+
+IMPLAUSIBLE_CLIP = 1.25
+"""A speedup above this many times its CP degree is drawn at that height, its value written beside it."""
 
 
 def _speedup_equals_cp(ax: Any, degrees: list[int]) -> float:

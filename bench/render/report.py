@@ -21,7 +21,7 @@ from bench.judge import analysis
 from bench.judge.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
 from bench.judge.comparison import comparability, compare_runs
 from bench.judge.gate import gate
-from bench.judge.reference import not_measured, reference_tables
+from bench.judge.reference import not_measured, reference_tables, scenario_order
 from bench.measure.statistics import RatioInterval, format_ratio, ratio_interval
 from bench.render.document import Image, Paragraph, Section, Table, document_blocks
 from bench.render.formats import (
@@ -191,11 +191,11 @@ def _side_by_side(runs: Sequence[ReportRun], scenario: str) -> Table:
     ratio of each later run to the first (its 95% interval across rounds); `n/c` where the two are not
     comparable (another machine, device, torch or scenario definition: bench.judge.comparison)."""
     first = runs[0]
-    keys = list(
-        dict.fromkeys(
-            c.key for r in runs for c in r.run.cases if c.case.scenario == scenario and c.status == "ok"
-        )
-    )
+    cases = {
+        c.key: c.case for r in runs for c in r.run.cases if c.case.scenario == scenario and c.status == "ok"
+    }
+    order = scenario_order([scenario])
+    keys = sorted(cases, key=lambda k: order(cases[k]))  # scenario order, not the order they ran in
     columns = ["case", *(f"#{r.number} {r.label}" for r in runs)]
     columns += [f"#{r.number} / #{first.number}" for r in runs[1:]]
     rows = []

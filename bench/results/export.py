@@ -49,7 +49,8 @@ CASE_COLUMNS = (
     *("dtype", "precision", "batch", "layout", "documents", *LAYER_KEYS),
 )
 MEASURE_COLUMNS = (
-    *("status", "error", "estimate_s", "low_s", "high_s", "rounds", "contended_rounds", "contended"),
+    *("status", "error", "estimate_s", "low_s", "high_s", "rounds", "planned_rounds", "incomplete"),
+    *("contended_rounds", "contended"),
     *("repeats_median_s", "repeats_min_s", "repeats_max_s", "repeats_iqr_s", "noisy", "repeats"),
     *("peak_bytes", "model_flops", "matmul_gflops", "achieved_gflops_per_rank", "wall_s"),
 )
@@ -105,7 +106,11 @@ def measure_cells(result: CaseResult) -> Row:
     }
     if result.status == "ok":
         cells.update(
-            rounds=len(result.rounds), contended_rounds=result.contended_rounds, contended=result.contended
+            rounds=len(result.rounds),
+            planned_rounds=result.case.rounds,
+            incomplete=len(result.rounds) < result.case.rounds,  # the run stopped early: a wider interval
+            contended_rounds=result.contended_rounds,
+            contended=result.contended,
         )
     if est is not None:
         cells.update(estimate_s=est.median_s, low_s=est.low_s, high_s=est.high_s)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bench.cli import build_parser, main
+from bench.commands import COMMANDS, summary
 
 
 def _command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -51,3 +52,17 @@ def test_python_m_bench_help():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: bench") and "Traceback" not in done.stderr
+
+
+def test_bench_help_starts_without_torch_and_lists_every_command():
+    """Issue 37: `bench --help` imported torch (9-13 s on a busy machine). The commands' modules load only
+    when one runs; the listing reads each HELP from its source, the same text the module holds."""
+    code = (
+        "import sys\nfrom bench.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("False")
+    for command in COMMANDS:
+        assert summary(command.NAME) == command.HELP
+        assert command.NAME in out
