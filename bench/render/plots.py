@@ -67,6 +67,9 @@ def mode_style(mode: str) -> tuple[str, str]:
 SOURCE_LINES = ["-", "--", ":", "-."]
 """Line style of the 1st, 2nd, ... result file (later files also get hollow markers)."""
 SOURCE_HATCHES = ["", "//", "..", "xx"]
+IDEAL_FLAT = {"linestyle": (0, (1, 5)), "linewidth": 1.2}
+"""Weak scaling's ideal line: sparse dots, unlike any file's line style (SOURCE_LINES), so that a third
+file's dotted series is not read as an ideal."""
 PANEL_SIZE = (3.6, 2.9)
 """Inches per panel."""
 
@@ -519,7 +522,7 @@ def _draw_weak(ax: Any, i: int, v: Variant, points: list[analysis.ScalingPoint])
     ax.errorbar(cps, times, yerr=yerr, capsize=2, **_style(i, v.mode))
     _mark_contended(ax, cps, times, [p.result for p in points])
     # Ideal weak scaling: as many tokens per rank, as much time as on one rank.
-    ax.axhline(times[0], color=mode_style(v.mode)[0], linestyle=":", linewidth=1)
+    ax.axhline(times[0], color=mode_style(v.mode)[0], alpha=0.6, **IDEAL_FLAT)
     return times
 
 
@@ -561,7 +564,7 @@ WEAK = ScalingChart(
     title="Weak scaling: fixed tokens per rank",
     note=TIME_NOTE + f"; bars past {BAR_CLIP}x a row's largest point are cut at its top; the global sequence "
     "grows with the CP degree",
-    ideal=Line2D([], [], color="gray", linestyle=":", label="ideal: flat at t(cp=1)"),
+    ideal=Line2D([], [], color="gray", alpha=0.6, label="ideal: flat at t(cp=1)", **IDEAL_FLAT),
 )
 STRONG = ScalingChart(
     lengths=analysis.strong_lengths,
