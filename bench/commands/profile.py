@@ -28,7 +28,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from bench.commands import common_args
 from bench.commands.session import CaseChoice, Session
@@ -39,6 +38,7 @@ from bench.launch.launcher import TorchrunEnv
 from bench.profiling import MEMORY_METER, RankBreakdown, RankProfile, breakdown, profile_on_rank, straggler
 from bench.profiling.traces import Straggler
 from bench.records import to_dict
+from bench.render.tables import TableData, print_tables
 from bench.results.env import collect_environment
 from bench.results.paths import free_path
 from bench.results.store import result_filename
@@ -121,20 +121,22 @@ def _bytes(n: int) -> str:
     return f"{n:,} B"
 
 
-def time_table(breakdowns: Sequence[RankBreakdown], steps: int) -> Table:
+def time_table(breakdowns: Sequence[RankBreakdown], steps: int) -> TableData:
+    """rank | step | compute | each collective kind | waiting, per rank."""
     kinds = sorted({k for b in breakdowns for k in b.collectives_us})
-    t = Table(title=f"time per step on each rank (mean of {steps} profiled steps)", title_justify="left")
-    for header in ("rank", "step", "compute", *kinds, "waiting"):
-        t.add_column(header, justify="right")
-    for b in breakdowns:
-        t.add_row(
+    rows = [
+        [
             str(b.rank),
             _ms(b.step_us),
             _ms(b.compute_us),
             *(_ms(b.collectives_us.get(k, 0.0)) for k in kinds),
             _ms(b.waiting_us),
-        )
-    return t
+        ]
+        for b in breakdowns
+    ]
+    headers = ["rank", "step", "compute", *kinds, "waiting"]
+    title = f"time per step on each rank (mean of {steps} profiled steps)"
+    return TableData(title=title, headers=headers, rows=rows, numeric=set(range(len(headers))))
 
 
 def bytes_rows(
@@ -151,16 +153,11 @@ def bytes_rows(
     return rows
 
 
-def bytes_table(profiles: Sequence[RankProfile], case: Case) -> Table:
-    t = Table(
-        title=f"bytes per collective kind in one {case.pass_.replace('_', '+')} pass: counted on the wire "
-        "(gdn_cp comm_stats) vs the model (gdn_cp.distributed.comm_model)",
-        title_justify="left",
-    )
-    for header in ("rank", "kind", "sent", "sent (model)", "received", "received (model)", "calls", "match"):
-        t.add_column(header, justify="left" if header == "kind" else "right")
-    for rank, kind, counted, model, equal in bytes_rows(profiles):
-        t.add_row(
+def bytes_table(profiles: Sequence[RankProfile], case: Case) -> TableData:
+    """Bytes per collective kind on each rank, counted on the wire against the model, and whether they
+    match."""
+    rows = [
+        [
             str(rank),
             kind,
             _bytes(counted.get("sent", 0)),
@@ -168,22 +165,39 @@ def bytes_table(profiles: Sequence[RankProfile], case: Case) -> Table:
             _bytes(counted.get("received", 0)),
             _bytes(model.get("received", 0)),
             f"{counted.get('calls', 0)} / {model.get('calls', 0)}",
-            "[green]yes[/]" if equal else "[bold red]NO[/]",
-        )
-    return t
+            "yes" if equal else "NO",
+        ]
+        for rank, kind, counted, model, equal in bytes_rows(profiles)
+    ]
+    headers = ["rank", "kind", "sent", "sent (model)", "received", "received (model)", "calls", "match"]
+    return TableData(
+        title=f"bytes per collective kind in one {case.pass_.replace('_', '+')} pass: counted on the wire "
+        "(gdn_cp comm_stats) vs the model (gdn_cp.distributed.comm_model)",
+        headers=headers,
+        rows=rows,
+        numeric={0, 2, 3, 4, 5, 6},
+        verdict_column=7,
+        verdict_styles={"yes": "green", "NO": "bold red"},
+    )
 
 
-def memory_table(profiles: Sequence[RankProfile]) -> Table:
-    t = Table(title="memory at the peak of one pass, by kind", title_justify="left")
-    t.add_column("rank", justify="right")
-    for _, header in MEMORY_KINDS:
-        t.add_column(header, justify="right")
+def memory_table(profiles: Sequence[RankProfile]) -> TableData:
+    """Memory at the peak of one pass on each rank, by kind (or why it was not measured)."""
+    rows, notes = [], []
     for p in profiles:
         if p.memory is None:
-            t.add_row(str(p.rank), f"[yellow]not measured: {escape(p.memory_error or '')}[/]")
+            rows.append([str(p.rank), *("-" for _ in MEMORY_KINDS)])
+            notes.append(f"rank {p.rank}: not measured: {p.memory_error or ''}")
             continue
-        t.add_row(str(p.rank), *(f"{p.memory.get(kind, 0) / 2**20:.2f} MiB" for kind, _ in MEMORY_KINDS))
-    return t
+        rows.append([str(p.rank), *(f"{p.memory.get(kind, 0) / 2**20:.2f} MiB" for kind, _ in MEMORY_KINDS)])
+    headers = ["rank", *(header for _, header in MEMORY_KINDS)]
+    return TableData(
+        title="memory at the peak of one pass, by kind",
+        headers=headers,
+        rows=rows,
+        numeric=set(range(len(headers))),
+        notes=notes,
+    )
 
 
 def _run_dir(
@@ -325,7 +339,7 @@ def _print_profile(found: _Profiled, console: Console) -> None:
     communication model, and the peak memory per rank."""
     profiles, breakdowns, slow, the_case = found.profiles, found.breakdowns, found.slow, found.the_case
     steps, device_type = found.steps, found.device_type
-    console.print(time_table(breakdowns, steps))
+    print_tables([time_table(breakdowns, steps)], console)
     if slow is not None:
         console.print(
             f"straggler: rank {slow.rank} (step {_ms(slow.step_us)}, {_ms(slow.excess_us)} over the other "
@@ -334,8 +348,7 @@ def _print_profile(found: _Profiled, console: Console) -> None:
         )
     for note in _notes(profiles, device_type):
         console.print(note, style="dim")
-    console.print(bytes_table(profiles, the_case))
-    console.print(memory_table(profiles))
+    print_tables([bytes_table(profiles, the_case), memory_table(profiles)], console)
     console.print(f"meter: {MEMORY_METER}", style="dim")
 
 
