@@ -107,6 +107,8 @@ def _runs_table(history: History, case: CaseHistory) -> Table:
             if run.run is None
             else ("ok" if result else "-")
         )
+        if result is not None and len(result.rounds) < result.case.rounds:  # the run stopped early
+            status += f" ({len(result.rounds)} of {result.case.rounds} rounds: incomplete)"
         memory = f"{result.memory.peak_mib:.1f}" if result is not None and result.memory is not None else "-"
         rows.append(
             [

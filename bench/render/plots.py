@@ -40,7 +40,7 @@ from bench.judge import analysis
 from bench.judge.analysis import PASS_LABELS, Variant, source_label
 from bench.judge.traffic import bytes_moved
 from bench.measure.memory import MEMORY_RESOLUTION_MIB
-from bench.render.formats import contended_cases, format_tokens, mostly_contended
+from bench.render.formats import contended_cases, format_tokens, incomplete_summary, mostly_contended
 from bench.results.store import CaseResult, RunResult
 from gdn_cp.distributed import MODES, mode_order
 
@@ -157,6 +157,9 @@ def _footer(sources: Sequence[Source], scenario: str, note: str) -> str:
             + f"; layer {analysis.describe_layer(s.run.scenarios.get(scenario, {}))}; "
             f"repeats {'/'.join(map(str, repeats))}"
         )
+        short = incomplete_summary(s.run)
+        if short is not None:  # the flag every view carries (bench.render.formats)
+            lines.append(f"{prefix}INCOMPLETE: {short}")
     lines.append(note)
     return "\n".join(lines)
 

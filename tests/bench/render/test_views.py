@@ -23,7 +23,7 @@ from bench.render.document import render_markdown as document_markdown
 from bench.render.formats import format_time
 from bench.render.gate import timing_table
 from bench.render.history import scenario_page
-from bench.render.plots import sources_for, strong_scaling
+from bench.render.plots import sources_for, strong_scaling, time_vs_seq
 from bench.render.report import _side_by_side, build_report, report_runs
 from bench.results.export import export_rows
 from bench.results.store import CaseResult, RunResult, save_result
@@ -169,8 +169,9 @@ def test_tables_follow_scenario_order_not_the_order_cases_ran():
     assert [row[0] for row in table.rows] == wanted
 
 
-def test_an_incomplete_run_is_said_to_be_in_show_the_report_and_export(tmp_path: Path):
-    """A run stopped after 2 of 4 rounds: show and the report say so, and export's rows carry the flag."""
+def test_an_incomplete_run_is_said_to_be_in_every_view(tmp_path: Path):
+    """A run stopped after 2 of 4 rounds: show, the report, the history site and the charts' footnote say
+    so, and export's rows carry the flag."""
     short = dataclasses.replace(case("p2p", 64), rounds=4)
     run = run_of(ok(short, 100, seed=41, rounds=2))
     assert "incomplete: 1 of 1 cases incomplete: 2 of 4 rounds" in " ".join(
@@ -181,3 +182,11 @@ def test_an_incomplete_run_is_said_to_be_in_show_the_report_and_export(tmp_path:
     assert "INCOMPLETE, #1" in report
     (row,) = export_rows(run)
     assert row["incomplete"] is True and (row["rounds"], row["planned_rounds"]) == (2, 4)
+    save_result(run, tmp_path / "111111111111.json")
+    (history,) = load_history([tmp_path / "111111111111.json"])
+    assert "2 of 4 rounds: incomplete" in scenario_page(history)
+    longer = dataclasses.replace(short, seq_len=128)
+    two = run_of(ok(short, 100, seed=41, rounds=2), ok(longer, 190, seed=42, rounds=4))
+    figure = time_vs_seq(sources_for([two]), "synthetic")
+    assert not isinstance(figure, str), figure
+    assert any("INCOMPLETE: 1 of 2 cases incomplete" in t.get_text() for t in figure.texts)
