@@ -30,7 +30,6 @@ from scipy.stats import linregress
 
 from bench.launch.estimate import estimate_peak_bytes
 from bench.model.links import Interconnect, steps
-from bench.render.formats import case_seconds
 from bench.results.store import CaseResult, RunResult
 from bench.suite.config import Case
 from gdn_cp.distributed import mode_class
@@ -48,8 +47,8 @@ def pipeline(mode: str) -> str:
 
 
 def measured_s(result: CaseResult) -> float:
-    """A measured case's time, the one every view prints (bench.render.formats.case_seconds)."""
-    seconds = case_seconds(result)
+    """A measured case's time, the one every view prints (CaseResult.seconds)."""
+    seconds = result.seconds
     assert seconds is not None, f"{result.key} has no timing"
     return seconds
 

@@ -66,14 +66,6 @@ def format_estimate(est: Estimate | None, one_round: TimingSummary | None = None
     return f"{format_seconds(est.median_s)} ±{100 * width:.1f}%"
 
 
-def case_seconds(result: CaseResult) -> float | None:
-    """The one time of a case every figure derived from it uses (throughput, scaling, the model's check):
-    its estimate across rounds, else (one round) its median over repeats; None when not measured."""
-    if result.estimate is not None:
-        return result.estimate.median_s
-    return None if result.timing is None else result.timing.median_s
-
-
 def format_time(result: CaseResult | None, *, contended_mark: bool = True) -> str:
     """A case's time as every view shows it (`format_estimate` of its estimate, the median over repeats
     with one round); `-` when not measured; CONTENDED_MARK after it when contended (unless `contended_mark`
@@ -155,14 +147,14 @@ def format_checkpoint(checkpoint: bool | None) -> str:
 
 
 def format_throughput(result: CaseResult) -> str:
-    """ "  12.3 GFLOP/s/rank (31% of matmul)" at the case's time (`case_seconds`), or "" without a
+    """`12.3 GFLOP/s/rank (31% of matmul)` at the case's time (CaseResult.seconds), or "" without a
     throughput record."""
-    tp, seconds = result.throughput, case_seconds(result)
+    tp, seconds = result.throughput, result.seconds
     if tp is None or seconds is None:
         return ""
     cp = result.case.cp
     achieved, fraction = tp.achieved_gflops(seconds, cp), tp.fraction(seconds, cp)
-    return f"  {achieved:.1f} GFLOP/s/rank ({100 * fraction:.0f}% of matmul)"
+    return f"{achieved:.1f} GFLOP/s/rank ({100 * fraction:.0f}% of matmul)"
 
 
 CASE_LINE_LEGEND = (
@@ -209,7 +201,8 @@ def case_line(
         parts = [f"{prefix}[green]ok[/] {case_id}", time, f"IQR {100 * t.relative_iqr:.1f}%"]
         parts += [f"ranks x{t.rank_spread:.2f}"] if len(t.rank_medians_s) > 1 else []
         parts += [f"peak {format_mib(result.memory)}"]
-        parts += [escape(format_throughput(result).strip())] if format_throughput(result) else []
+        throughput = format_throughput(result)
+        parts += [escape(throughput)] if throughput else []
         parts += [f"[dim]{result.wall_s:.1f} s[/]"]
         shared = result.contention.reason if result.contention is not None else None
         parts += [f"[bold yellow]contended[/] ({escape(shared)})"] if shared else []

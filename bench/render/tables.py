@@ -22,7 +22,6 @@ from bench.judge.reference import ReferenceTable, scenario_order
 from bench.measure.statistics import format_ratio, ratio_interval
 from bench.render.formats import (
     TIME_NOTE,
-    case_seconds,
     format_checkpoint,
     format_mib,
     format_time,
@@ -82,13 +81,13 @@ def print_tables(tables: Sequence[TableData], console: Console) -> None:
 
 
 def throughput_table(run: RunResult) -> TableData | None:
-    """How close each ok case ran to the limit: model GFLOP/s per rank at its time (`case_seconds`, the
+    """How close each ok case ran to the limit: model GFLOP/s per rank at its time (CaseResult.seconds, the
     estimate) against the measured matmul GFLOP/s of its ranks, in scenario order; None when no case has a
     throughput record (older files)."""
     order = scenario_order(list(run.scenarios))
     rows = []
     for r in sorted(run.cases, key=lambda r: order(r.case)):
-        seconds = case_seconds(r)
+        seconds = r.seconds
         if r.status != "ok" or r.throughput is None or seconds is None:
             continue
         tp, cp = r.throughput, r.case.cp

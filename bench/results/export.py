@@ -125,9 +125,8 @@ def measure_cells(result: CaseResult) -> Row:
         )
     if tp is not None:
         cells.update(model_flops=tp.model_flops, matmul_gflops=tp.matmul_gflops)
-        time = est.median_s if est is not None else None if t is None else t.median_s
-        if time is not None:
-            cells["achieved_gflops_per_rank"] = tp.achieved_gflops(time, result.case.cp)
+        if result.seconds is not None:
+            cells["achieved_gflops_per_rank"] = tp.achieved_gflops(result.seconds, result.case.cp)
     if result.threads_per_rank is not None:
         cells["threads_per_rank"] = result.threads_per_rank
     return cells

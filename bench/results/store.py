@@ -189,6 +189,15 @@ class CaseResult:
         return self.contention is not None and self.contention.contended
 
     @property
+    def seconds(self) -> float | None:
+        """The one time of the case every figure derived from it uses (every view's time, throughput,
+        scaling, the model's check): its estimate across rounds, else (one round) its median over repeats;
+        None when not measured."""
+        if self.estimate is not None:
+            return self.estimate.median_s
+        return None if self.timing is None else self.timing.median_s
+
+    @property
     def contended_rounds(self) -> int:
         """Rounds timed while the machine was shared (the estimate leaves them out while any is clean)."""
         return sum(r.contended for r in self.rounds)
