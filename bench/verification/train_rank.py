@@ -265,7 +265,11 @@ def _floor_twin(
     if reference is None:
         return None
     chunk = config.chunk_size // 2 if config.chunk_size >= 32 else config.chunk_size * 2
-    twin = Qwen35Hybrid(dataclasses.replace(config, chunk_size=chunk)).to(next(reference.parameters()).device)
+    # its initialisers draw from the global RNG on this rank alone: forked, so that every rank's stream
+    # stays as it was (the weights come from the reference anyway)
+    with torch.random.fork_rng(devices=[]):
+        twin = Qwen35Hybrid(dataclasses.replace(config, chunk_size=chunk))
+    twin = twin.to(next(reference.parameters()).device)
     twin.load_state_dict(reference.state_dict())
     cast = MixedPrecision(twin, compute_dtype) if compute_dtype is not None else None
     return twin, cast, _adamw(twin, settings)
