@@ -18,9 +18,9 @@ from rich.console import Console
 
 from bench.commands import run as run_command
 from bench.errors import UserError
+from bench.launch.local import check_main_guarded
 from bench.results.export import export_rows
 from bench.results.store import RunResult
-from gdn_cp.distributed.launch import check_main_guarded
 
 if TYPE_CHECKING:  # pandas is optional: dataframe imports it when called
     import pandas
@@ -58,7 +58,7 @@ def run(
     quiet: bool = False,
 ) -> RunResult:
     """Run scenarios as `bench run` does and return the run (its result file is written as usual: `output`,
-    else results/ of the suite's folder). A mistake (an unknown scenario, key or value) raises
+    else runs/ of the suite's folder). A mistake (an unknown scenario, key or value) raises
     bench.errors.UserError with the message the command would print; cases that fail are in the result
     with status "failed"; Ctrl-C raises KeyboardInterrupt once the finished cases are saved.
 

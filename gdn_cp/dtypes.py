@@ -64,6 +64,13 @@ def _precision_flags(device_type: str) -> list[tuple[object, str]]:
     return []
 
 
+def current_precision(device_type: str) -> str:
+    """The Precision fp32 matmuls run at now on `device_type` (what `matmul_precision` set): tf32 where the
+    flags let them use the matrix units, else fp32 (always on cpu)."""
+    flags = _precision_flags(device_type)
+    return "tf32" if flags and all(getattr(space, name) for space, name in flags) else "fp32"
+
+
 @contextmanager
 def matmul_precision(precision: str, device_type: str) -> Iterator[None]:
     """Run the block's fp32 matmuls and convolutions at `precision` (Precision) on `device_type`, restoring

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gdn_cp", "bench")
 
 LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    # lowest first; a module may import its own layer and the ones below it, never one above
+    # lowest first; a module may import its own layer and the ones below it, never one above. A package's
+    # own name holds only its __init__: every other module is on a floor named here
     "gdn_cp": (
         ("gdn_cp.dtypes",),
         ("gdn_cp.ops",),
@@ -31,17 +32,20 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("gdn_cp",),
     ),
     "bench": (
-        ("bench.errors", "bench.console", "bench.records"),
+        # the ground floor: the vocabulary of every floor above, the one way to print a case among it
+        ("bench.errors", "bench.console", "bench.records", "bench.formats", "bench.dependencies"),
         ("bench.suite",),
         ("bench.measure",),
         ("bench.results",),
-        # the one way to print a case (time, interval, flags) sits low, so that every view takes it: the
-        # status lines of launch as well as render's tables
-        ("bench.judge", "bench.render.formats"),
+        ("bench.judge",),
         ("bench.launch",),
-        ("bench.verification", "bench.profiling"),
+        # what runs on ranks beside `bench run`'s cases: verify's, profile's, the cost model's calibration,
+        # the doctor's checks
+        ("bench.verification", "bench.profiling", "bench.model", "bench.doctor"),
         ("bench.render",),
-        ("bench.commands", "bench.cli", "bench.__main__", "bench"),
+        ("bench.commands",),
+        # the ways in: the command line, the console script, `python -m bench`, bench run for Python
+        ("bench.cli", "bench.entry", "bench.__main__", "bench.api", "bench"),
     ),
 }
 """docs/architecture.md draws the same map."""
@@ -50,6 +54,7 @@ LAZY_FOR_START_UP = {
     ("bench.commands.report", "bench.render"),
     ("bench.commands.plot", "bench.render"),
     ("bench.commands.history", "bench.render"),
+    ("bench.commands.run", "bench.render"),
 }
 """Function-level imports kept for start-up time (matplotlib loads only when a chart is drawn), each with
 a comment saying so at the import. No other project import may sit inside a function."""
@@ -95,17 +100,37 @@ def _imports() -> dict[str, list[tuple[str, bool]]]:
     return out
 
 
+def _floor(module: str) -> int | None:
+    """The floor of `module` in LAYERS: that of the longest name holding it (a package's own name holds
+    only its __init__); None when no name does."""
+    holding = [
+        (len(name), i)
+        for i, group in enumerate(LAYERS[module.split(".")[0]])
+        for name in group
+        if module == name or ("." in name and _within(module, name))
+    ]
+    return max(holding)[1] if holding else None
+
+
 def _layer(module: str) -> int:
-    layers = LAYERS[module.split(".")[0]]
-    best = max(
-        ((i, len(prefix)) for i, group in enumerate(layers) for prefix in group if _within(module, prefix)),
-        key=lambda t: t[1],
-    )
-    return best[0]
+    floor = _floor(module)
+    assert floor is not None, f"{module} is on no floor of LAYERS"
+    return floor
 
 
 def _within(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_is_on_a_named_floor(package: str) -> None:
+    """Issue 47: bench.model, bench.doctor, bench.api and bench.dependencies fell into the catch-all floor
+    of the package's own name, so nothing constrained what they import. Every module's floor is named in
+    LAYERS, and every name there is a module or package that exists (a moved one leaves no stale name)."""
+    modules = [m for m in _modules() if m.split(".")[0] == package]
+    assert not [m for m in modules if _floor(m) is None]
+    named = [name for group in LAYERS[package] for name in group]
+    assert not [name for name in named if name not in modules]
 
 
 def test_no_import_cycles() -> None:

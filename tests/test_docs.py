@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import re
 from functools import cache
 from pathlib import Path
@@ -174,3 +175,111 @@ def _named_modules(text: str) -> set[str]:
 def test_named_modules_exist(page: Path) -> None:
     missing = sorted(m for m in _named_modules(page.read_text(encoding="utf-8")) if not _resolves(m))
     assert not missing, f"{page.name} names modules or attributes that do not exist: {missing}"
+
+
+def _quoted_calls() -> dict[str, object]:
+    """The public callables whose keyword arguments a page may quote, by the name the pages call them."""
+    from gdn_cp import CPOptions, GatedDeltaNetConfig, LinearAttentionContextParallel
+    from gdn_cp.accuracy import compare_layer_under_cp, compare_prefill_under_cp
+    from gdn_cp.distributed import cp_chunk_gated_delta_rule
+    from gdn_cp.models import apply_context_parallel
+    from gdn_cp.models.qwen35_transformers import apply_context_parallel_to_qwen35
+    from gdn_cp.ops import chunk_gated_delta_rule, recurrent_gated_delta_rule, register_backend
+
+    return {
+        f.__name__: f
+        for f in (
+            CPOptions,
+            GatedDeltaNetConfig,
+            LinearAttentionContextParallel,
+            apply_context_parallel,
+            apply_context_parallel_to_qwen35,
+            chunk_gated_delta_rule,
+            compare_layer_under_cp,
+            compare_prefill_under_cp,
+            cp_chunk_gated_delta_rule,
+            recurrent_gated_delta_rule,
+            register_backend,
+        )
+    }
+
+
+QUOTED_CALL = re.compile(r"\b([A-Za-z_]\w*)\(([^()`]*)\)")
+KEYWORD = re.compile(r"(?:^|,)\s*([A-Za-z_]\w*)\s*=")
+
+
+def _takes(callable_: object, keyword: str) -> bool:
+    """Whether `callable_` takes `keyword`: a parameter of that name, or one of the CP options its **fields
+    stand for (CPOptions.build)."""
+    from gdn_cp.distributed.modes import OPTION_FIELDS
+
+    target = callable_.__init__ if isinstance(callable_, type) else callable_
+    parameters = inspect.signature(target).parameters
+    if keyword in parameters:
+        return True
+    kwargs = [p for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    return bool(kwargs) and kwargs[0].name == "fields" and keyword in OPTION_FIELDS
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_quoted_keyword_arguments_are_taken(page: Path) -> None:
+    """Issue 44: docs/library.md documented a `backend=` the functions did not take. Every call of a public
+    gdn_cp function a page quotes (in code or prose, `name(..., key=...)`) names only keywords it takes."""
+    calls = _quoted_calls()
+    wrong = [
+        f"{name}({keyword}=)"
+        for name, arguments in QUOTED_CALL.findall(page.read_text(encoding="utf-8"))
+        if name in calls
+        for keyword in KEYWORD.findall(arguments)
+        if not _takes(calls[name], keyword)
+    ]
+    assert not wrong, f"{page.name} quotes keywords the code does not take: {', '.join(sorted(set(wrong)))}"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+FLOW_NAME = re.compile(r"(?<![\w/.])([a-z_]+(?:\.[A-Za-z_]\w*)+)(?![\w(])")
+FLOW_FILE = re.compile(r"(?<![\w./])((?:[a-z_]+/)*[a-z_]+\.py)\b")
+
+
+def _flow_blocks() -> str:
+    """The code blocks of the architecture page's two flow sections."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    sections = re.findall(r"^## (?:Data|Code) flow.*?(?=^## )", text, flags=re.MULTILINE | re.DOTALL)
+    return "\n".join(line for section in sections for line in section.splitlines() if line.startswith("    "))
+
+
+def _resolves(name: str) -> bool:
+    """Whether a dotted name of a flow step is a module, or an attribute of one, of bench or gdn_cp, given
+    from inside a package (`measure.rank.measure_on_rank`, `modes.mode_class`, `ops.ran`)."""
+    parts = name.split(".")
+    for root in ("", "bench", "gdn_cp", "gdn_cp.distributed", "gdn_cp.ops"):
+        for cut in range(len(parts), 0, -1):
+            try:
+                target = importlib.import_module(".".join([root, *parts[:cut]]).lstrip("."))
+            except ImportError:
+                continue
+            try:
+                for attribute in parts[cut:]:
+                    target = getattr(target, attribute)
+            except AttributeError:
+                break
+            return True
+    return False
+
+
+def test_the_flows_name_modules_that_exist() -> None:
+    """Issue 47: the architecture page walks one case and one layer call through the modules; every module,
+    attribute and file a step names exists."""
+    blocks = _flow_blocks()
+    assert "measure.rank" in blocks and "modes/sequence_shard.py" in blocks
+    names = {n for n in FLOW_NAME.findall(blocks) if not n.endswith(".py")}
+    missing = [n for n in sorted(names) if not _resolves(n)]
+    sources = [
+        p.relative_to(ROOT).as_posix()
+        for package in ("bench", "gdn_cp")
+        for p in (ROOT / package).rglob("*.py")
+    ]
+    files = {f for f in FLOW_FILE.findall(blocks) if not any(s.endswith("/" + f) for s in sources)}
+    assert not missing and not files, (
+        f"docs/architecture.md's flows name what does not exist: {missing, files}"
+    )

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 NAMES: tuple[str, ...] = (
-    *("init", "list", "run", "show", "export", "compare", "gate", "history", "plot", "report", "verify"),
+    *("init", "list", "run", "show", "hist", "export", "compare", "gate", "history", "plot", "report"),
+    *("verify",),
     *("profile", "model", "doctor"),
 )
 """The subcommands, in the order `bench --help` lists them; each is the module bench.commands.<name>."""

@@ -2,11 +2,11 @@
 
 BASE and HEAD are each a result file (when the path exists) or a git ref. Two files are compared as they
 are. A ref is checked out in a temporary worktree and the scenarios of the current working tree run on it
-(identical for both sides); both sides' result files are kept (results/compare-<date>/, or --save-dir) so
-that they can be compared again later. Two refs are measured paired (bench.launch.paired): each round of a
-case is one lifetime of the ranks in which base's and head's gdn_cp both run, pass by pass in turn, measured
-by this checkout's bench, so that what a lifetime shares cancels in the ratio. `--unpaired` runs each ref's
-own bench instead (a change to bench itself), base and head round by round in turn
+(identical for both sides); both sides' result files are kept (<results_dir>/compare-<date>/, or --save-dir)
+so that they can be compared again later. Two refs are measured paired (bench.launch.paired): each round of
+a case is one lifetime of the ranks in which base's and head's gdn_cp both run, pass by pass in turn,
+measured by this checkout's bench, so that what a lifetime shares cancels in the ratio. `--unpaired` runs
+each ref's own bench instead (a change to bench itself), base and head round by round in turn
 (bench.launch.interleave). A ref against a file runs only the ref, with its own bench, on the file's cases.
 
 Per case ok on both sides (bench.judge.comparison): the ratio head/base of the round-level estimates
@@ -15,7 +15,10 @@ worse only when the whole interval lies past --factor, ~ when it lies within 1/f
 noisy), the smallest change the data could detect, and the peak-memory delta. Rounds of two
 refs run in one session, so drift on the machine spreads over both; two files measured at different times
 are compared too, with a note that drift between them is not controlled. Cases from different machines,
-devices, torch versions or scenario definitions are "not comparable" unless --force.
+devices, torch versions or scenario definitions are "not comparable" unless --force; so are cases whose two
+sides compute different outputs (their correctness gate's fingerprints differ beyond its bar,
+bench.measure.gate) unless --allow-different-outputs, and cases a ref's gdn_cp cannot run as named (a
+backend, layout or option it does not take: skipped on both sides, saying what it lacks).
 
 Exit code: 0; 1 for a user error, or with --fail-on-regression when nothing was compared (head has no cases,
 or no case is ok and comparable on both sides); 3 with --fail-on-regression when a case is worse, or ok on
@@ -42,6 +45,7 @@ from bench.launch import interleave
 from bench.launch.gitrefs import resolve_side
 from bench.launch.ref_rounds import Budget
 from bench.render.comparison import FORMATS, comparison_json, render_markdown, render_table, side_label
+from bench.results.names import resolve_result
 from bench.results.store import load_result
 from bench.suite.filters import parse_filters
 from bench.suite.loader import display
@@ -64,8 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"failed on head; {EXIT_NO_VERDICT} with --fail-on-regression when no case got a verdict (all too "
         "noisy, contended or not comparable); 130 interrupted."
     )
-    parser.add_argument("base", metavar="BASE", help="result file, or git ref (branch, tag, commit) to run")
-    parser.add_argument("head", metavar="HEAD", help="result file, or git ref to run")
+    parser.add_argument(
+        "base",
+        metavar="BASE",
+        help="result file (latest, latest~1, ...: the newest runs in results_dir), or git ref (branch, tag, "
+        "commit) to run",
+    )
+    parser.add_argument("head", metavar="HEAD", help="result file (or latest, ...), or git ref to run")
     common_args.add_scenarios(
         parser,
         "with a ref: scenario names or .yaml paths to run on both sides (default: the suite's "
@@ -78,6 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--force",
         action="store_true",
         help="compare cases that are not comparable (other machine, device, torch, scenario), with a warning",
+    )
+    parser.add_argument(
+        "--allow-different-outputs",
+        action="store_true",
+        help="compare cases whose two sides' outputs differ beyond the gate's bar (bench.measure.gate), "
+        "e.g. a change of the math under test; they are not comparable without it",
     )
     parser.add_argument(
         "--format",
@@ -102,6 +117,7 @@ def main(args: argparse.Namespace) -> int:
         factor=args.factor,
         alpha=args.alpha,
         force=args.force,
+        allow_different_outputs=args.allow_different_outputs,
         fmt=args.fmt,
         budget_s=args.budget,
         fail_on_regression=args.fail_on_regression,
@@ -118,6 +134,7 @@ def run(
     factor: float = DEFAULT_FACTOR,
     alpha: float = DEFAULT_ALPHA,
     force: bool = False,
+    allow_different_outputs: bool = False,
     fmt: str = "table",
     fail_on_regression: bool = False,
     save_dir: str | None = None,
@@ -133,6 +150,8 @@ def run(
         choice: what to run on refs, as for `bench run`; its --filter also narrows two result files
         factor, alpha: the verdict's thresholds (bench.judge.comparison)
         force: compare cases that are not comparable, with a warning
+        allow_different_outputs: compare cases whose two sides compute different outputs (the one check
+            --force would also lift, alone)
         fmt: "table" (rich), "markdown" (printed as is, for a PR comment) or "json" (comparison_json)
         fail_on_regression: return 3 when a case is worse or failed on head only
         save_dir: with refs, the folder of both sides' result files
@@ -146,6 +165,7 @@ def run(
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt}: unknown format; use one of {', '.join(FORMATS)}")
     common_args.check_thresholds(factor, alpha)
+    base, head = (resolve_result(side, config=choice.config) for side in (base, head))
     sides = (resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd()))
     # In markdown and json mode the progress goes to stderr, so that stdout is the comment (data) alone.
     progress_console = console if fmt == "table" else Console(stderr=True, highlight=False)
@@ -166,7 +186,14 @@ def run(
     case_filter = parse_filters(choice.filters)
     base_run, head_run = (narrowed(load_result(p), case_filter) for p in paths)
     judged_at = alpha if spent is None else spent  # with --budget: every look's alpha (sequential_alpha)
-    comparison = compare_runs(base_run, head_run, factor=factor, alpha=judged_at, force=force)
+    comparison = compare_runs(
+        base_run,
+        head_run,
+        factor=factor,
+        alpha=judged_at,
+        force=force,
+        allow_different_outputs=allow_different_outputs,
+    )
     labels = (side_label(sides[0], base_run), side_label(sides[1], head_run))
     _print(comparison, labels, fmt, console)
     if not fail_on_regression:

@@ -11,17 +11,21 @@ from __future__ import annotations
 import argparse
 import time
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from bench.commands import common_args
+from bench.console import COLUMN_OVERHEAD
 from bench.console import console as default_console
 from bench.doctor.checks import SEVERITY, Check, worst
 from bench.doctor.rank import doctor_on_rank
 from bench.doctor.system import system_checks
+from bench.launch.devices import probe_devices
 from bench.launch.estimate import human_bytes
-from gdn_cp.distributed import RankFailure, probe_devices, resolve_platform, run_on_ranks
+from bench.launch.local import RankFailure, run_on_ranks
+from gdn_cp.distributed import resolve_platform
 
 NAME = "doctor"
 HELP = "Check this host before a sweep: devices, backend and collectives, matmul limits, the op, each mode."
@@ -30,6 +34,7 @@ EXIT_FAILED = 2
 CPU_RANKS = 2
 """Ranks of the device checks on cpu (enough for every collective and mode to cross a rank)."""
 STYLES = {"ok": "green", "info": "dim", "warn": "yellow", "fail": "bold red"}
+HEADERS = ("group", "check", "status", "detail")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +73,7 @@ def device_checks(device: str, timeout_s: float) -> tuple[list[Check], int]:
             return [Check("devices", platform.device_type, "fail", "no device visible")], 0
     try:
         per_rank = run_on_ranks(
-            doctor_on_rank, world, (platform.device_type,), device=device, timeout_s=timeout_s
+            doctor_on_rank, world, (platform.device_type, timeout_s), device=device, timeout_s=timeout_s
         )
     except RankFailure as exc:
         return [*checks, Check("backend", "ranks", "fail", str(exc).splitlines()[0])], world
@@ -82,6 +87,27 @@ def device_checks(device: str, timeout_s: float) -> tuple[list[Check], int]:
     return checks, world
 
 
+def _widths(checks: list[Check], width: int) -> list[int | None]:
+    """The columns' widths (None: natural) where the table would not fit `width`: cells wrap at spaces, and
+    every column is at least as wide as its longest word (an op's dotted name in a detail is never cut),
+    the detail taking what the others leave; rich folds a word only where even that does not fit."""
+    cells = [[c.group, c.name, c.status, c.detail] for c in checks]
+    headers = HEADERS
+    natural = [max(cell_len(x) for x in [h, *(row[i] for row in cells)]) for i, h in enumerate(headers)]
+    words = [
+        max(cell_len(w) for x in [h, *(row[i] for row in cells)] for w in x.split() or [""])
+        for i, h in enumerate(headers)
+    ]
+    room = width - 1 - COLUMN_OVERHEAD * len(headers)
+    if sum(natural) <= room:
+        return [None] * len(headers)
+    group, status = natural[0], natural[2]
+    left = room - group - status
+    detail = max(words[3], min(natural[3], left - natural[1]))
+    check = max(words[1], left - detail)
+    return [group, check, status, max(1, room - group - status - check)]
+
+
 def run(*, device: str = "auto", timeout_s: float = 300.0, console: Console | None = None) -> int:
     """Every check, the verdict table and the problems; returns the exit code (module docstring)."""
     console = console or default_console
@@ -90,8 +116,8 @@ def run(*, device: str = "auto", timeout_s: float = 300.0, console: Console | No
     found, world = device_checks(device, timeout_s)
     checks += found
     table = Table(title=f"bench doctor: {resolve_platform(device).device_type}, {world} ranks")
-    for header in ("group", "check", "status", "detail"):
-        table.add_column(header, overflow="fold")
+    for header, width in zip(HEADERS, _widths(checks, console.width), strict=True):
+        table.add_column(header, overflow="fold", width=width)
     for c in checks:
         table.add_row(c.group, escape(c.name), f"[{STYLES[c.status]}]{c.status}[/]", escape(c.detail))
     console.print(table)

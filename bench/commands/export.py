@@ -3,7 +3,8 @@
 Long format, one row per case (or per sample, with --per-sample: per rank and repeat) and one per `bench
 verify` record, every row with the run's identity, the case's coordinates and its measurements; the
 `record` column says which (bench.results.export documents every column). Written to stdout, or to a new
-file with --out (never over an existing one).
+file with --out (never over an existing one; with --replace over an earlier export, never over a result,
+history or committed file of another kind, nor one of its inputs: bench.results.outputs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from rich.markup import escape
 from bench.console import err_console
 from bench.errors import UserError
 from bench.results.export import FORMATS, export_rows
+from bench.results.names import resolve_result
+from bench.results.outputs import check_output_file
 from bench.results.paths import replace_file, write_new
 from bench.results.store import load_result
 
@@ -27,7 +30,11 @@ HELP = "Export result files as rows of data (CSV or JSON Lines): one row per cas
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "results", nargs="+", metavar="RESULT", help="result files of `bench run` or `verify`"
+        "results",
+        nargs="+",
+        metavar="RESULT",
+        help="result files of `bench run` or `verify` (latest, latest~1, ...: the newest runs in "
+        "results_dir)",
     )
     parser.add_argument(
         "--format", choices=sorted(FORMATS), default="csv", help="output format (default csv)"
@@ -41,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replace",
         action="store_true",
-        help="with --out: replace FILE if it exists (an export is derived from the result files, which stay)",
+        help="with --out: replace FILE if it exists (an earlier export; never a result file, one of the "
+        "inputs, or a committed file of another kind)",
     )
 
 
@@ -72,9 +80,13 @@ def run(
     replace: bool = False,
 ) -> int:
     """Export the files to stdout, or to the new file `out` (`replace`: over an existing one, atomically);
-    UserError when `out` exists without `replace`, or cannot be written."""
+    UserError when `out` exists without `replace`, may not be replaced (bench.results.outputs), or cannot be
+    written."""
     if replace and out is None:
         raise UserError("--replace goes with --out FILE (without --out the rows go to stdout)")
+    results = [resolve_result(r) for r in results]
+    if out is not None:
+        check_output_file(out, flag="--out", reading=results, suffixes=(f".{format}",))
     text = export_text(results, format=format, per_sample=per_sample)
     if out is None:
         sys.stdout.write(text)

@@ -34,12 +34,13 @@ from bench.console import console as default_console
 from bench.console import print_warning
 from bench.errors import UserError
 from bench.judge.analysis import source_label
-from bench.judge.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs
+from bench.judge.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, compare_runs, not_comparable_note
 from bench.judge.gate import GateResult, Outcome, gate
 from bench.launch.gitrefs import resolve_side
 from bench.launch.ref_rounds import Budget
 from bench.render.gate import accuracy_table, timing_table
 from bench.render.tables import print_tables
+from bench.results.names import resolve_result
 from bench.results.store import RunResult, load_result
 from bench.results.verifications import Verification
 from bench.suite.filters import CaseFilter, parse_filters
@@ -163,6 +164,8 @@ def render(result: GateResult, labels: tuple[str, str], console: Console) -> Non
     """Both tables, then the outcome in one coloured line."""
     console.print(f"base {escape(labels[0])}  vs  head {escape(labels[1])}")
     print_tables([timing_table(result), accuracy_table(result)], console)
+    for reason, n in result.comparison.not_comparable_reasons().items():  # what differs, and the flag
+        console.print(escape(not_comparable_note(reason, n, command="bench compare")), style="yellow")
     style = OUTCOME_STYLES[result.outcome]
     outcome, rest = result.summary().split(";", 1)
     console.print(f"[{style}]gate: {escape(outcome)}[/];{escape(rest)} (exit {EXIT_CODES[result.outcome]})")
@@ -185,6 +188,10 @@ def run(
     """Gate HEAD against BASE on timing and head's accuracy checks; returns the exit code (EXIT_CODES).
     `budget_s`: with two refs, compare's adaptive rounds (bench compare --budget), verdicts at its alpha."""
     console = console or default_console
+    config = choice.config if choice is not None else None  # short names (latest, ...): bench.results.names
+    base, head = (resolve_result(side, config=config) for side in (base, head))
+    verify = [resolve_result(v, kind="verify", config=config) for v in verify]
+    base_verify = [resolve_result(v, kind="verify", config=config) for v in base_verify]
     sides = (resolve_side(base, Path.cwd()), resolve_side(head, Path.cwd()))  # a missing file first
     if not verify:
         raise UserError(

@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from bench.commands import common_args
+from bench.commands.session import CaseChoice
 from bench.console import console as default_console
-from bench.launch.estimate import estimate_peak_bytes
+from bench.errors import UserError
 from bench.launch.preflight import check_cases
-from bench.render.formats import format_checkpoint, format_tokens
-from bench.render.tables import TableData, print_tables
-from bench.suite.filters import parse_filters
-from bench.suite.loader import (
-    ConfigError,
-    Suite,
-    display,
-    load_suite,
-    no_scenarios_error,
-    parse_overrides,
-    scenario_names,
-)
-from bench.suite.selection import select
+from bench.render.suite_tables import cases_table, scenarios_table
+from bench.render.tables import print_tables
+from bench.suite.loader import no_scenarios_error, scenario_names
+from bench.suite.selection import Selection
 
 NAME = "list"
 HELP = (
@@ -42,27 +33,14 @@ def main(args: argparse.Namespace) -> int:
     return run(args.scenarios, sets=args.sets, filters=args.filters, config=args.config)
 
 
-def _list_scenarios(suite: Suite, console: Console) -> None:
-    """The suite's scenarios with their case counts; ConfigError when it has none (where it looked, and the
-    fix)."""
-    missing = no_scenarios_error(suite)
-    if missing is not None:
-        raise missing
-    t = Table(title=f"scenarios ({escape(display(suite.scenarios_dir))})", title_justify="left")
-    t.add_column("name")
-    t.add_column("cases", justify="right")
-    t.add_column("device")
-    t.add_column("description", overflow="fold")
-    for name in scenario_names(suite):
-        default = " (default)" if name == suite.config.default_scenario else ""
-        try:
-            (sel,) = select(suite, [name], [], parse_filters(None))
-        except ConfigError as exc:  # one broken file should not hide the others
-            t.add_row(escape(name + default), "-", "-", f"[red]{escape(str(exc))}[/]")
-            continue
-        device = sel.scenario.device or f"{suite.config.device} (suite)"
-        t.add_row(escape(name + default), str(len(sel.cases)), device, escape(sel.scenario.description))
-    console.print(t)
+def _expand(choice: CaseChoice, name: str) -> Selection | UserError:
+    """Scenario `name` with the --set of `choice`, expanded, or why it cannot be: one broken file does not
+    hide the others."""
+    try:
+        (sel,) = dataclasses.replace(choice, scenarios=[name], filters=()).choose().selections
+    except UserError as exc:
+        return exc
+    return sel
 
 
 def run(
@@ -73,14 +51,20 @@ def run(
     config: str | None = None,
     console: Console | None = None,
 ) -> int:
-    """List scenarios (no names given) or the expanded, filtered cases of the named ones."""
+    """List scenarios (no names given; ConfigError when the suite has none: where it looked, and the fix)
+    or the expanded, filtered cases of the named ones, each checked as a launch would (no host)."""
     console = console or default_console
-    overrides = parse_overrides(sets)
-    suite = load_suite(config, overrides)
+    choice = CaseChoice(scenarios, sets, filters, config=config)
     if not scenarios:
-        _list_scenarios(suite, console)
+        suite = choice.suite()
+        missing = no_scenarios_error(suite)
+        if missing is not None:
+            raise missing
+        console.print(
+            scenarios_table(suite, [(name, _expand(choice, name)) for name in scenario_names(suite)])
+        )
         return 0
-    for sel in select(suite, scenarios, overrides, parse_filters(filters)):
+    for sel in choice.choose().selections:
         check_cases(
             sel.locate,
             sel.scenario,
@@ -89,24 +73,6 @@ def run(
             ranks_on_host=lambda c: c.cp,
             max_local_ranks=None,
         )
-        s = sel.scenario
-        title = (
-            f"{s.name}: {len(sel.cases)} of {sel.total} cases" if filters else f"{s.name}: {sel.total} cases"
-        )
-        rows = [
-            [
-                c.case_id,
-                format_checkpoint(c.checkpoint),
-                str(c.cp),
-                format_tokens(c.seq_len),
-                format_tokens(c.local_seq_len),
-                f"{estimate_peak_bytes(c) / 2**20:.0f} MiB",
-            ]
-            for c in sel.cases
-        ]
-        headers = ["case", "summary ckpt", "cp", "global seq", "per rank", "est. peak/rank"]
-        table = TableData(
-            title=title, headers=headers, rows=rows, numeric={2, 3, 4, 5}, notes=[s.description]
-        )
-        print_tables([table], console)  # fitted to the width: headers wrap at spaces, cells stay whole
+        # fitted to the width: headers wrap at spaces, cells stay whole
+        print_tables([cases_table(sel, filtered=bool(filters))], console)
     return 0

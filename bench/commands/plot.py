@@ -1,5 +1,5 @@
 """`bench plot RESULT ... [--out DIR] [--force]`: the scaling charts of result files, as PNG and SVG
-(bench.render.plots).
+(bench.render.charts).
 
 Several files overlay as series (e.g. two branches), those of one machine only: runs of different machines
 never share an axis (each machine gets its own charts, `-machine2`, ...) unless --force. File names are
@@ -21,7 +21,9 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
-from bench.results.paths import check_out_folder, new_charts_folder
+from bench.results.names import resolve_result
+from bench.results.outputs import check_output_folder
+from bench.results.paths import new_charts_folder
 from bench.results.store import load_result
 from bench.suite.loader import display, load_suite
 
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         metavar="DIR",
         help="folder for the charts, written over when they exist (e.g. --out plots for the committed "
-        "charts; default: a new folder results/plots-<date>-<time>/)",
+        "charts; default: a new folder <results_dir>/plots-<date>-<time>/)",
     )
     parser.add_argument(
         "--force",
@@ -63,12 +65,13 @@ def run(
     """Write every chart the results support into `out`; returns 0 (UserError when none can be drawn).
     Runs of different machines get charts of their own unless `force` overlays them."""
     # Imported here: matplotlib takes a while to load, and only plot and report need it.
-    from bench.render.plots import build_charts, sources_for
+    from bench.render.charts import build_charts, sources_for
 
     console = console or default_console
     if out is not None:
-        check_out_folder(out)
+        check_output_folder(out, flag="--out", hint="give a folder for the charts (it is created if missing)")
     suite = load_suite(config) if out is None else None
+    results = [resolve_result(r, config=config) for r in results]  # latest, latest~1, ...
     runs = [load_result(p) for p in results]
     if not any(c.status == "ok" for r in runs for c in r.cases):
         raise UserError(f"{', '.join(results)}: no case is ok, nothing to plot; see `bench show` for why")

@@ -21,7 +21,9 @@ from rich.markup import escape
 from bench.commands import common_args
 from bench.console import err_console
 from bench.errors import UserError
-from bench.results.paths import check_out_folder, new_charts_folder
+from bench.results.names import resolve_result
+from bench.results.outputs import check_output_file, check_output_folder
+from bench.results.paths import new_charts_folder
 from bench.results.store import load_result
 from bench.suite.loader import display, load_suite
 
@@ -31,10 +33,18 @@ HELP = (
     "environment and charts, as markdown or one self-contained HTML file."
 )
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+_SUFFIXES = {fmt: tuple(s for s, f in FORMATS.items() if f == fmt) for fmt in ("markdown", "html")}
+"""The suffixes of a report in each format: what a committed file may hold to be replaced by one."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULT", help="result files written by `bench run`")
+    parser.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULT",
+        help="result files written by `bench run` or `verify` (latest, latest~1, ...: the newest runs in "
+        "results_dir)",
+    )
     parser.add_argument(
         "--format",
         dest="fmt",
@@ -47,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--charts",
         metavar="DIR",
         help="markdown only: folder for the chart PNG/SVG files it links (default: <FILE stem>-charts/ "
-        "beside --out; without --out, a new folder results/plots-<date>-<time>/)",
+        "beside --out; without --out, a new folder <results_dir>/plots-<date>-<time>/)",
     )
     common_args.add_config(parser)
 
@@ -83,15 +93,18 @@ def run(
     from bench.render.report import build_report, report_runs
 
     console = console or err_console
+    results = [resolve_result(r, config=config) for r in results]
     if out is not None and Path(out).is_dir():
         raise UserError(
             f"--out {out}: is a folder; give the report's file name, e.g. --out {Path(out) / 'report.md'}"
         )
     fmt = _format(fmt, out)
+    if out is not None:  # an earlier report is replaced; a result, history or other committed file never
+        check_output_file(out, flag="--out", reading=results, suffixes=_SUFFIXES.get(fmt, ()))
     if fmt == "html" and charts is not None:
         raise UserError("--charts is for markdown (HTML embeds its charts); drop it or use --format markdown")
     if charts is not None:
-        check_out_folder(charts, "--charts")
+        check_output_folder(charts, flag="--charts", hint="give a folder for the charts")
     suite = load_suite(config) if fmt == "markdown" and out is None and charts is None else None
     paths = [Path(p) for p in results]
     title, sections = build_report(report_runs([load_result(p) for p in paths], paths))

@@ -4,13 +4,17 @@ Every case runs `rounds` times (bench.launch.schedule): each round is every case
 order, the cases of one CP degree in one pool of `cp` local ranks (bench.launch.pool), so a case's rounds
 are separate lifetimes of its ranks; under torchrun, the job's ranks run the cases whose cp is the job's
 world size. Results are written after every case and round (bench.results.store), so an interrupted run
-keeps what finished and `--resume FILE` continues it. Exit code: 0 when every case ran, 2 when some failed,
-1 for a user error (bad scenario, flag or file), 130 when interrupted.
+keeps what finished and `--resume FILE` continues it; one run at a time on a file (bench.results.lock: a
+second says who holds it). Exit code: 0 when every case ran, 2 when some failed, 1 for a user error (bad
+scenario, flag or file, a file another run is writing) or a result that could not be saved, 130 when
+interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import functools
 import os
 import shlex
@@ -28,14 +32,17 @@ from bench.commands.session import CaseChoice, Session
 from bench.console import CaseProgress, print_error, print_path, print_warning
 from bench.console import console as default_console
 from bench.errors import UserError
+from bench.formats import case_line, format_seconds
 from bench.launch.launcher import LocalLauncher, RankFn, TorchrunEnv, TorchrunLauncher, warn_oversubscription
 from bench.launch.schedule import Slot, new_seed, rounds_wanted, slot_work, slots_left, work_left
 from bench.launch.sweep import run_rounds
 from bench.measure.contention import Window, busy, probe
 from bench.measure.rank import measure_on_rank
-from bench.render.formats import case_line, format_seconds
 from bench.render.run_tables import render
 from bench.results.env import Environment
+from bench.results.lock import ResultLock
+from bench.results.names import resolve_result
+from bench.results.paths import new_folder
 from bench.results.store import (
     SESSION_ENV,
     CaseResult,
@@ -59,14 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         metavar="FILE",
-        help="result file, which must not exist (default: results/<date>-<branch>-<commit>-<scenarios>.json, "
-        "-2, -3, ... added when taken)",
+        help="result file, which must not exist (default: <results_dir>/<date>-<branch>-<commit>-<scenarios>"
+        ".json, -2, -3, ... added when taken; results_dir is runs/, which git ignores)",
     )
     parser.add_argument(
         "--resume",
         metavar="FILE",
-        help="continue the run in FILE: skip its ok cases, append the rest to it (same scenarios and --set, "
-        "same commit, dirty state, threads and machine)",
+        help="continue the run in FILE (or latest: the newest in results_dir): skip its ok cases, append the "
+        "rest to it (same scenarios and --set, same commit, dirty state, threads and machine)",
     )
     parser.add_argument(
         "--stop-after-round",
@@ -74,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="stop once every case has K rounds (of its `rounds`); --resume continues. `bench compare` "
         "interleaves two refs this way, round by round",
+    )
+    parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="draw no charts at the end (by default the run's charts go to a new folder beside its result "
+        "file, <file>-charts/; never plots/)",
     )
     parser.add_argument(
         "--require-idle",
@@ -129,6 +142,7 @@ def main(args: argparse.Namespace) -> int:
         config=args.config,
         stop_after_round=args.stop_after_round,
         require_idle=args.require_idle,
+        plots=not args.no_plots,
     )
 
 
@@ -220,6 +234,7 @@ def execute(
     config: str | None = None,
     stop_after_round: int | None = None,
     require_idle: bool = False,
+    plots: bool = False,
     rank_fn: RankFn = measure_on_rank,
     console: Console | None = None,
 ) -> RunOutcome:
@@ -230,45 +245,75 @@ def execute(
         sets: `key=value` overrides (values as YAML) of suite or scenario keys
         filters: --filter expressions (bench.suite.filters)
         device: auto, cpu, cuda or npu; overrides the suite and the scenarios
-        output: result file; default results/<date>-<branch>-<commit>-<scenarios>.json
+        output: result file; default <results_dir>/<date>-<branch>-<commit>-<scenarios>.json
         resume: an earlier result file: its ok cases are skipped, the others run and are written to it
         config: bench.yaml path; default ./bench.yaml
         stop_after_round: stop once every case has this many rounds (a later --resume continues)
         require_idle: refuse (UserError) when the machine is busy before the first case; else a warning
+        plots: draw the run's charts at the end into a new folder beside the result file (`bench run` does
+            unless --no-plots; not a run stopped after a round, which is one side of `bench compare`)
         rank_fn: what each rank runs (bench.measure.rank.measure_on_rank); a test hook to inject failures
         console: where progress and tables go (default: the terminal)
     """
     _check_flags(output, resume, stop_after_round)
+    resume = None if resume is None else resolve_result(resume, config=config)  # `--resume latest`
     choice = CaseChoice(scenarios, sets, filters, device, config)
     session = Session.open(choice, console or default_console)
     cases, leader, console = session.cases, session.leader, session.console
     launcher = session.launcher(rank_fn)
     start = _start(session, choice, output, resume)  # a bad --output or --resume is said first
-    writer = start.writer
-    # the leader's idle moment (a follower's sweep measures its own)
-    opening = _idle_check(require_idle=require_idle, fresh=None if resume else writer) if leader else None
-    # a torchrun follower keeps its record in memory: the leader writes the file
-    record = writer.run if writer is not None else session.new_run(session.name, start.command)
-    path = None if writer is None else writer.path
-    record.session = record.session or os.environ.get(SESSION_ENV) or None
-    if leader:
-        _announce(session, start, stop_after_round)
-        warn_oversubscription(cases, launcher)
+    # one run at a time on the file (bench.results.lock), released however the run ends
+    with start.lock or contextlib.nullcontext():
+        writer = start.writer
+        # the leader's idle moment (a follower's sweep measures its own)
+        opening = _idle_check(require_idle=require_idle, fresh=None if resume else writer) if leader else None
+        # a torchrun follower keeps its record in memory: the leader writes the file
+        record = writer.run if writer is not None else session.new_run(session.name, start.command)
+        path = None if writer is None else writer.path
+        record.session = record.session or os.environ.get(SESSION_ENV) or None
+        if leader:
+            _announce(session, start, stop_after_round)
+            warn_oversubscription(cases, launcher)
+        try:
+            results = _run_with_progress(cases, launcher, record, console, start, stop_after_round, opening)
+        except (KeyboardInterrupt, ResultWriteError) as exc:
+            return RunOutcome(exit_code=_stopped(exc, writer, choice, console), run=record, path=path)
+        if writer is None:
+            record.cases = list(results)
+        else:
+            console.print()
+            render(writer.run, console)
+            where = f" (on {socket.gethostname()}, rank 0)" if session.job is not None else ""
+            print_path(console, "results", str(display(writer.path)), where.strip())
+            if plots and stop_after_round is None:
+                _draw_charts(writer, console)
+        # A torchrun follower exits 0 once the job is done: the leader's code is the job's (a follower
+        # exiting 2 first would make torchrun stop the leader while it still prints).
+        code = 2 if leader and any(r.status == "failed" for r in results) else 0
+        return RunOutcome(exit_code=code, run=record, path=path)
+
+
+def _draw_charts(writer: ResultWriter, console: Console) -> None:
+    """The run's charts (bench.render.charts, as `bench plot FILE` draws them) in a new folder the result
+    file names, `<stem>-charts/` beside it (-2, ... when taken; never the committed plots/), and one line
+    saying where; none when no chart fits the cases (`bench plot FILE` says why). A folder that cannot be
+    written is a warning: the results are saved."""
+    # Imported here: matplotlib takes a while to load, and a run that stops early or draws nothing needs none
+    from bench.render.charts import build_charts, sources_for
+
+    charts, _ = build_charts(sources_for([writer.run]))
+    path = display(writer.path)
+    if not charts:
+        console.print(f"[dim]no chart fits these cases (`bench plot {escape(path)}` says why)[/]")
+        return
     try:
-        results = _run_with_progress(cases, launcher, record, console, start, stop_after_round, opening)
-    except (KeyboardInterrupt, ResultWriteError) as exc:
-        return RunOutcome(exit_code=_stopped(exc, writer, choice, console), run=record, path=path)
-    if writer is None:
-        record.cases = list(results)
-    else:
-        console.print()
-        render(writer.run, console)
-        where = f" (on {socket.gethostname()}, rank 0)" if session.job is not None else ""
-        print_path(console, "results", str(display(writer.path)), where.strip())
-    # A torchrun follower exits 0 once the job is done: the leader's code is the job's (a follower exiting 2
-    # first would make torchrun stop the leader while it still prints).
-    code = 2 if leader and any(r.status == "failed" for r in results) else 0
-    return RunOutcome(exit_code=code, run=record, path=path)
+        folder = new_folder(writer.path.with_name(f"{writer.path.stem}-charts"))
+        for chart in charts:
+            chart.save(folder)
+    except OSError as exc:
+        print_warning(f"the charts could not be written ({exc.strerror}); `bench plot {path}` draws them")
+        return
+    print_path(console, "charts", display(folder), f"({len(charts)}, e.g. {charts[0].name}.png)")
 
 
 def _idle_check(*, require_idle: bool, fresh: ResultWriter | None) -> Window | None:
@@ -323,6 +368,8 @@ class _Start:
     seed: int
     writer: ResultWriter | None
     command: list[str] | None = None
+    lock: ResultLock | None = None
+    """The leader's lock on its result file, held for the whole run."""
 
 
 def _start(session: Session, choice: CaseChoice, output: str | None, resume: str | None) -> _Start:
@@ -332,7 +379,16 @@ def _start(session: Session, choice: CaseChoice, output: str | None, resume: str
     if resume and not session.leader:
         return _Start([], new_seed(), None)
     if resume:
-        opened = _open_resumed(resume, session.selections, session.environment(), session.job)
+        # locked before it is read: a second run on the file stops here, naming the first (a missing
+        # file is said by the reading)
+        again = resume_command(choice, resume)
+        lock = ResultLock.acquire(resume, again, note=print_warning) if Path(resume).is_file() else None
+        try:
+            opened = _open_resumed(resume, session.selections, session.environment(), session.job)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         previous = [c for c in opened.run.cases if c.status == "ok"]
         seed = opened.run.schedule_seed if opened.run.schedule_seed is not None else new_seed()
         complete = sum(len(c.rounds) >= c.case.rounds for c in previous)
@@ -341,10 +397,14 @@ def _start(session: Session, choice: CaseChoice, output: str | None, resume: str
             f"resuming {escape(display(Path(resume)))}: {complete} of {len(cases)} cases done, "
             f"{rounds_done} of {sum(c.rounds for c in cases)} case-rounds"
         )
-        return _Start(previous, seed, opened)
+        return _Start(previous, seed, opened, lock=lock)
     command = choice.argv(NAME, ["--output", output] if output else [])
     writer = session.result_writer(output, session.name, resumable=True, command=command)
-    return _Start([], new_seed(), writer, command)
+    if writer is None:  # a torchrun follower: the leader writes the file, and locks it
+        return _Start([], new_seed(), None, command)
+    # a new file is locked once made (a resume of it in between holds the lock instead: this run stops)
+    lock = ResultLock.acquire(writer.path, shlex.join(command), note=print_warning)
+    return _Start([], new_seed(), writer, command, lock)
 
 
 def _stopped(
@@ -359,18 +419,41 @@ def _stopped(
         if writer is not None:
             again = resume_command(choice, display(writer.path))
             console.print(
-                f"[yellow]interrupted[/]: finished cases are in {escape(display(writer.path))}; "
+                f"[yellow]interrupted[/]: {escape(kept_summary(writer.run, display(writer.path)))}; "
                 f"continue with `{escape(again)}`"
             )
         return 130
     assert writer is not None  # only a writer writes
     again = resume_command(choice, display(writer.path))
+    read_only = exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+    fix = "make its folder writable again" if read_only else "free space or fix the folder"
     print_error(
         f"{exc.strerror}: the run stopped; {display(writer.path)} holds the {writer.saved} case "
         f"result{'' if writer.saved == 1 else 's'} saved before (the file is whole; the case that could "
-        f"not be saved runs again): free space or fix the folder, then continue with `{again}`"
+        f"not be saved runs again): {fix}, then continue with `{again}`"
     )
     return 1
+
+
+def kept_summary(run: RunResult, path: str) -> str:
+    """What an interrupted run's file keeps, for the line that says how to continue it: its finished cases
+    and the rounds of those partly measured (a resume runs only the rounds still missing), or nothing."""
+    ok = [c for c in run.cases if c.status == "ok" and c.rounds]
+    finished = sum(len(c.rounds) >= c.case.rounds for c in ok)
+    partial = [c for c in ok if len(c.rounds) < c.case.rounds]
+    parts = [f"{finished} finished case{'s' * (finished != 1)}"] if finished else []
+    if partial:
+        rounds = sum(len(c.rounds) for c in partial)
+        parts.append(
+            f"{rounds} round{'s' * (rounds != 1)} of {len(partial)} partly measured case"
+            f"{'s' * (len(partial) != 1)}"
+        )
+    others = len(run.cases) - len(ok)
+    if others:
+        parts.append(f"{others} failed or skipped case{'s' * (others != 1)}")
+    if not parts:
+        return f"{path} holds no measurement yet (no case-round finished)"
+    return f"{path} keeps {', '.join(parts)}"
 
 
 run = _exit_code_of(execute)
@@ -399,7 +482,7 @@ def _run_with_progress(
     # the bar's count: the leader's view (a follower's console prints nothing)
     done = {c.key: len(c.rounds) for c in previous}
     total, work = slots_left(cases, done, stop_after), work_left(cases, done, stop_after)
-    with launcher.group(), CaseProgress(console, total, work) as progress:
+    with launcher.group(), CaseProgress(console, total, work, unit="case-rounds") as progress:
         # the leader's (a torchrun job's rank 0, the one that read the file): every rank runs one schedule
         seed, previous = launcher.agree((seed, list(previous)))
         record.schedule_seed = seed  # a writer saves it with the first result

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bench.errors import UserError
 from bench.launch import interleave
+from bench.launch.devices import host_device_name
 from bench.launch.gitrefs import FileSide, Side
 from bench.launch.launcher import (
     LocalLauncher,
@@ -27,8 +28,9 @@ from bench.launch.launcher import (
 )
 from bench.launch.ref_rounds import Budget, SidePaths, measure_refs
 from bench.results.env import Environment, collect_environment
-from bench.results.paths import new_folder
-from bench.results.store import ResultWriter, RunResult, load_result, result_filename
+from bench.results.outputs import RESULT_FILE, check_output_file, check_output_folder, protected_kind
+from bench.results.paths import new_folder, result_filename
+from bench.results.store import ResultWriter, RunResult, load_result
 from bench.suite.config import Case
 from bench.suite.filters import CaseFilter, parse_filters
 from bench.suite.loader import Override, Suite, display, load_suite, parse_overrides
@@ -60,12 +62,17 @@ class CaseChoice:
         cases of a result file; `narrowed_by` says what it did, for the message), raising UserError for what
         it cannot use. UserError when no case is left (bench.suite.selection.require_cases)."""
         overrides = parse_overrides(self.sets, self.device)
-        suite = load_suite(self.config, overrides)
+        suite = self.suite()
         selections = select(suite, self.scenarios, overrides, parse_filters(self.filters))
         if narrow is not None:
             selections = narrow(selections)
         require_cases(selections, self.filters, flag=self.filter_flag, narrowed_by=narrowed_by)
         return Chosen(suite, selections, overrides)
+
+    def suite(self) -> Suite:
+        """bench.yaml (`config`, else the one found from here) with the --set and --device overrides of its
+        keys: what `choose` selects from."""
+        return load_suite(self.config, parse_overrides(self.sets, self.device))
 
     def argv(self, verb: str, extra: Sequence[str] = ()) -> list[str]:
         """The `bench VERB` command line of this choice, the command's own flags (`extra`) last."""
@@ -149,10 +156,10 @@ class Session:
         """This machine's environment for a run of the cases (what its result file records)."""
         return collect_environment(
             self.platform,
+            device_name=host_device_name(self.platform, None if self.job is None else self.job.local_rank),
             threads_per_rank=self.suite.config.threads_per_rank,
             world_sizes=[c.cp for c in self.cases],
             launcher="local" if self.job is None else "torchrun",
-            local_rank=None if self.job is None else self.job.local_rank,
         )
 
     def new_run(self, name: str, command: Sequence[str] | None = None) -> RunResult:
@@ -211,6 +218,9 @@ def _check_new_output(output: str, resumable: bool) -> None:
     if path.is_dir():
         example = path / "result.json"
         raise UserError(f"--output {output}: is a folder; give a file name, e.g. --output {example}")
+    resume = resumable and protected_kind(path) == RESULT_FILE
+    again = f"continue that run with --resume {output}, or " if resume else ""
+    check_output_file(path, flag="--output", suffixes=(".json",), hint=f"{again}give another name")
     if path.exists():
         raise _exists_error(output, resumable)
 
@@ -282,7 +292,7 @@ def compared_files(
     choice, chosen = _choice_for_refs(sides, choice)
     now = datetime.datetime.now()
     folder = (
-        Path(save_dir)
+        check_output_folder(save_dir, flag="--save-dir", hint="give a folder for both sides' result files")
         if save_dir
         else new_folder(chosen.suite.results_dir / f"{command}-{now:%Y%m%d-%H%M%S}")
     )

@@ -13,12 +13,23 @@ AdamW on new random batches every step, the single-rank reference (rank 0, full 
 model (gradients summed by FSDP2 or an all-reduce), initial weights checked bit-identical before step 0;
 per step the loss and the global gradient norm of both (bench/verification/training.py).
 
+Power: each case's check also runs with CP broken on purpose, one built-in mutant at a time on rank 1
+(gdn_cp.distributed.mutants: the entering state dropped or x 0.99, its gradient not sent back, the conv
+halo dropped, a document boundary moved, a summary slot duplicated, the heads' all-to-all permuted; those
+that apply to the case's mode), cheaply: the first seed; for training, the first step. The layer check runs
+on "state" inputs (gdn_cp.accuracy.state_inputs: decays that make the state entering a rank carry a share of
+its output, reported per rank), also packed in documents across rank edges, with the reference PR's inputs
+beside them (its table); training adds a first step on models with such decays, against per-dtype bars
+(train_first_loss_rel, train_first_grad_norm_rel). A check reads "pass (caught 5/5 mutants)", or "pass, no
+power against: ..." when a mutant got through.
+
 Records go to a result file (RunResult.verifications) with the same environment record as `bench run`.
-Exit code: 0 when every check passed; 3 when a check failed (a metric above its bar, unequal initial
-weights) -- this takes precedence; 2 when no check failed but some case failed to run (a rank raised, died
-or timed out); 1 for a user error; 130 when interrupted. Under torchrun every case with cp up to the job's
-size runs, each in a group of its own over global ranks 0 .. cp - 1 (`--train`: FSDP2 over a device mesh of
-that group), as `bench run` does.
+Exit code: 0 when every check passed and caught every mutant; 3 when a check failed (a metric above its
+bar, unequal initial weights) -- this takes precedence; 2 when no check failed but some case failed to run
+(a rank raised, died or timed out); 4 when every check that ran passed but one passed a mutant too (no
+power against it: its bars or inputs cannot see that bug); 1 for a user error; 130 when interrupted. Under
+torchrun every case with cp up to the job's size runs, each in a group of its own over global ranks
+0 .. cp - 1 (`--train`: FSDP2 over a device mesh of that group), as `bench run` does.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from bench.commands.session import CaseChoice, Session
 from bench.console import CaseProgress, print_path
 from bench.console import console as default_console
 from bench.errors import UserError, first_line
+from bench.formats import fit_parts
 from bench.launch.launcher import (
     LocalLauncher,
     Outcome,
@@ -44,7 +56,7 @@ from bench.launch.launcher import (
     TorchrunLauncher,
 )
 from bench.render.tables import print_tables
-from bench.render.verification import verification_tables
+from bench.render.verification import power_text, verification_tables
 from bench.results.store import ResultWriter
 from bench.results.verifications import run_name
 from bench.suite.config import Case, Scenario, TrainSettings
@@ -63,13 +75,17 @@ from gdn_cp.distributed import DEFAULT_LAYOUT
 NAME = "verify"
 HELP = (
     "Verify CP against the single-device reference: the layer per mode with pass/fail bars (--seeds N for a "
-    "sweep), or a training trajectory of the hybrid model (--train STEPS)."
+    "sweep), or a training trajectory of the hybrid model (--train STEPS); each check also runs with CP "
+    "broken by built-in mutants and reports its power (exit 4: a check passed a mutant)."
 )
 
 EXIT_CHECK_FAILED = 3
 """A check failed: a metric above its bar, or initial weights that differ."""
 EXIT_NOT_RUN = 2
 """No check failed, but some case did not run (as `bench run` reports failed cases)."""
+EXIT_NO_POWER = 4
+"""Every check passed and every case ran, but a check also passed with CP broken by a mutant: a pass that
+could not have failed on that bug."""
 TRAIN_FROM_SCENARIO = "scenario"
 """`--train` without a number: the steps of the scenario's `train:` section (train.steps)."""
 
@@ -86,6 +102,15 @@ def train_steps(text: str) -> int | str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Each check also runs once per built-in mutant that applies to its case (CP broken on rank 1: the "
+        "entering state dropped or x 0.99, its gradient not sent back, the conv halo dropped, a document "
+        "boundary moved, a summary slot duplicated, the heads' all-to-all permuted) and says how many it "
+        'caught; one that passes a mutant reads "pass, no power against: ...". '
+        f"Exit codes: 0 every check passed and caught every mutant; {EXIT_CHECK_FAILED} a check failed; "
+        f"{EXIT_NOT_RUN} a case failed to run; {EXIT_NO_POWER} every check passed, but one also passed a "
+        "mutant (no power against it); 1 user error; 130 interrupted."
+    )
     common_args.add_scenarios(parser, "scenario names or .yaml paths (e.g. cpu-verify)")
     common_args.add_device(parser)
     parser.add_argument(
@@ -108,8 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         metavar="FILE",
-        help="result file, which must not exist (default: results/<date>-<branch>-<commit>-verify-....json, "
-        "-2, -3, ... added when taken)",
+        help="result file, which must not exist (default: <results_dir>/<date>-<branch>-<commit>-verify-"
+        "....json, -2, -3, ... added when taken)",
     )
     common_args.add_config(parser)
 
@@ -199,19 +224,22 @@ def _record(
 ) -> Verification:
     """The stored record of one launch."""
     bars = scenario.bars(case.dtype)
+    # the rank's LayerRuns or Trajectory fields are the record's measurement fields (comparisons, losses,
+    # norms, ...), copied field by field: asdict would turn its nested records into plain dicts
+    fields = {}
+    if outcome.status == "ok":
+        fields = {f.name: getattr(outcome.results, f.name) for f in dataclasses.fields(outcome.results)}
     if steps is None:
         return LayerVerification(
             case=case,
             status=outcome.status,
             seeds=list(seeds),
-            comparisons=list(outcome.results or []) if outcome.status == "ok" else [],
-            thresholds=dataclasses.asdict(bars.layer),
+            thresholds={k: v for k, v in dataclasses.asdict(bars.layer).items() if v is not None},
             error=outcome.error,
             wall_s=outcome.wall_s,
+            **fields,
         )
     assert scenario.train is not None
-    # a Trajectory's fields are the record's measurement fields (grad_reduction, losses, norms, ...)
-    fields = dataclasses.asdict(outcome.results) if outcome.status == "ok" else {}
     return TrainVerification(
         case=case,
         status=outcome.status,
@@ -224,14 +252,15 @@ def _record(
     )
 
 
-def _line(record: Verification) -> str:
-    """One status line per finished case."""
+def _line(record: Verification, width: int | None = None) -> str:
+    """One status line per finished case, fitted to `width` columns as `bench run`'s are (bench.formats
+    .fit_parts: a part, such as the power's phrase, is never split; continued lines indented)."""
     case_id = escape(record.case.case_id)
     wall = f"[dim]{record.wall_s:.1f} s[/]"
     if record.status != "ok":
         first = first_line(record.error)
         style = "red" if record.status == "failed" else "yellow"
-        return f"[{style}]{record.status:<7}[/] {case_id:<40} {escape(first)}"
+        return fit_parts([f"[{style}]{record.status:<7}[/] {case_id}", escape(first)], width)
     if isinstance(record, LayerVerification):
         failures = [f for _, fs in record.failures() for f in fs]
         name, stats = max((c.worst_param for c in record.comparisons), key=lambda kv: kv[1].rel_l2)
@@ -243,17 +272,22 @@ def _line(record: Verification) -> str:
         detail = f"max loss rel {loss:.1e}, grad-norm rel {norm:.1e}"
     if failures:
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        return f"[bold red]FAIL[/]    {case_id:<40} {escape(failures[0])}{more}  {wall}"
-    return f"[green]pass[/]    {case_id:<40} {detail}  {wall}"
+        return fit_parts([f"[bold red]FAIL[/]    {case_id}", f"{escape(failures[0])}{more}", wall], width)
+    if record.no_power_against:
+        return fit_parts([f"[bold yellow]pass[/], {escape(power_text(record))}: {case_id}", wall], width)
+    return fit_parts([f"[green]pass[/]    {case_id}", detail, f"({escape(power_text(record))})", wall], width)
 
 
 def exit_code(records: Sequence[Verification]) -> int:
-    """EXIT_CHECK_FAILED if a check failed, else EXIT_NOT_RUN if a case failed to run, else 0 (skipped
-    cases, under torchrun those of another cp, do not count, as in `bench run`)."""
+    """EXIT_CHECK_FAILED if a check failed, else EXIT_NOT_RUN if a case failed to run, else EXIT_NO_POWER
+    if a check passed a mutant, else 0 (skipped cases, under torchrun those of another cp, do not count, as
+    in `bench run`)."""
     if any(r.status == "ok" and not r.passed for r in records):
         return EXIT_CHECK_FAILED
     if any(r.status == "failed" for r in records):
         return EXIT_NOT_RUN
+    if any(r.no_power_against for r in records):
+        return EXIT_NO_POWER
     return 0
 
 
@@ -280,7 +314,7 @@ def run(
         train: None: the layer comparison; else a trajectory of that many steps (TRAIN_FROM_SCENARIO: the
             scenario's train.steps)
         device: auto, cpu, cuda or npu; overrides the suite and the scenarios
-        output: result file; default results/<date>-<branch>-<commit>-verify-<scenarios>.json
+        output: result file; default <results_dir>/<date>-<branch>-<commit>-verify-<scenarios>.json
         config: bench.yaml path; default ./bench.yaml
         layer_hook: TEST HOOK: a picklable function applied to every CP layer of the layer comparison
             (compare_layer_under_cp's layer_hook), to break a mode on purpose; never set by the CLI
@@ -354,7 +388,8 @@ def _verify_all(
 ) -> list[Verification]:
     """Launch every case in order under a progress bar; record and print each as it finishes."""
     records: list[Verification] = []
-    with launcher.group(), CaseProgress(console, len(todo)) as progress:
+    n = len(todo)
+    with launcher.group(), CaseProgress(console, n) as progress:
         for scenario, case in todo:
             progress.start(case.key())
             outcome = launcher.run(case)
@@ -368,5 +403,6 @@ def _verify_all(
             if writer is not None:
                 writer.add_verification(record)
             records.append(record)
-            progress.done(_line(record))
+            # off a terminal each line starts with [i/N] (CaseProgress): the line fits beside it
+            progress.done(_line(record, console.width - (0 if console.is_terminal else len(f"[{n}/{n}] "))))
     return records

@@ -62,7 +62,10 @@ def usable(backend: Backend, device: torch.device) -> str | None:
         backend.check(device=device, dtype=torch.float32, chunk_size=CHUNK_SIZE, head_k_dim=SHAPE["K"])
         if backend.interpreted():
             return "its kernels would run in Triton's interpreter here: tests/fla_kernels checks them"
-        backend.op()
+        missing = backend.unavailable()  # found on the path first: one line naming the module
+        if missing is not None:
+            return missing
+        backend.op()  # on a rank: importing the kernels here is the check (it may query this rank's device)
     except (ValueError, ImportError) as exc:
         return str(exc).splitlines()[0]
     return None

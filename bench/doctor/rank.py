@@ -4,11 +4,19 @@ clock, the chunked op against the recurrent reference on the device, every local
 (bench.doctor.kernels), and one layer under each CP mode, with each such backend, against the single-device
 layer (training forward and backward, and the serving prefill with its states). Each rank returns its
 checks; the command keeps, per check, the worst rank's.
+
+A check that takes every rank (a collective, a mode) runs in a process group of its own, its outcome agreed
+through the launch's store (DistributedChecks, on bench.launch.job's CaseRunner): a rank whose check raises
+aborts that group and records its error, its peers abort theirs (NCCL: the collective they wait in ends;
+gloo: it ends at the check's limit), every rank's row fails with the root cause, and the next check starts
+in a new group. A rank that caught its error and went on would leave its peers inside a collective it never
+reaches (NCCL: the check's timeout, then the watchdog ends the process).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import time
 from collections.abc import Callable
@@ -16,9 +24,11 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from bench.doctor.checks import Check, Status
 from bench.doctor.kernels import ROUNDING_FACTOR, kernel_checks, layer_backends
+from bench.launch.job import CaseRunner, JobStuck, job_store, own_nccl_errors
 from bench.measure.throughput import matmul_dtype_name, matmul_gflops
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.accuracy import Thresholds, compare_layer_under_cp, compare_prefill_under_cp, error_stats
@@ -48,72 +58,101 @@ LAYER_BARS = Thresholds(
 other summation order and TF32 convolutions, still far below what a wrong exchange gives (order 1)."""
 
 
+class DistributedChecks:
+    """Runs each check that takes every rank in a process group of its own over all ranks (the module
+    docstring), with `timeout_s` as each check's limit: the group's collective timeout, and on NCCL the
+    time after which the group is aborted. Every rank calls `run` for the same checks in the same order."""
+
+    def __init__(self, backend: str, timeout_s: float) -> None:
+        if backend == "nccl":
+            own_nccl_errors()  # the checks' groups leave errors to their aborts (bench.launch.job)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        self.runner = CaseRunner(
+            backend=backend, timeout_s=timeout_s, store=job_store(timeout), watch_store=job_store(timeout)
+        )
+        self.stuck: str | None = None
+        """Why no further check can run (a group not created or destroyed in time); None while they can."""
+
+    def run(self, group_name: str, name: str, check: Callable[[ProcessGroup], Check]) -> Check:
+        """This rank's `check(group)`, or, when it raised on any rank, a failed Check naming the root cause
+        (`rank r failed: ...`), the same on every rank."""
+        if self.stuck is not None:
+            return Check(group_name, name, "fail", f"not run: {self.stuck}")
+        mine: list[Check] = []
+        try:
+            end = self.runner.run(dist.get_world_size(), lambda g: mine.append(check(g)), own_group=True)
+        except JobStuck as exc:
+            self.stuck = str(exc)
+            return Check(group_name, name, "fail", self.stuck)
+        if end.error is not None:
+            return Check(group_name, name, "fail", end.error.splitlines()[0])
+        return mine[0]
+
+
 def _timed_check(name: str, run: Callable[[], bool], platform: Platform) -> Check:
-    """The backend Check `name`: ok with its time when `run()` gives True; fail when False or it raises."""
-    try:
-        start = time.perf_counter()
-        good = run()
-        platform.synchronize()
-        ms = (time.perf_counter() - start) * 1e3
-    except Exception as exc:
-        return Check("backend", name, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    """The backend Check `name`: ok with its time when `run()` gives True; fail when False (an exception
+    propagates: DistributedChecks turns it into every rank's failed row)."""
+    start = time.perf_counter()
+    good = run()
+    platform.synchronize()
+    ms = (time.perf_counter() - start) * 1e3
     status: Status = "ok" if good else "fail"
     return Check("backend", name, status, f"{ms:.1f} ms" + ("" if good else ": wrong values"))
 
 
-def _barrier_ok(device: torch.device, rank: int, world: int) -> bool:
-    """True once every rank has reached the barrier (the first collective: it proves init too)."""
-    dist.barrier()
+def _barrier_ok(device: torch.device, group: ProcessGroup, rank: int, world: int) -> bool:
+    """True once every rank has reached the barrier (the group's first collective: it proves init too)."""
+    dist.barrier(group=group)
     return True
 
 
-def _all_reduce_ok(device: torch.device, rank: int, world: int) -> bool:
+def _all_reduce_ok(device: torch.device, group: ProcessGroup, rank: int, world: int) -> bool:
     """Whether summing [1024] of rank + 1 over the ranks gives world (world + 1) / 2 everywhere."""
     t = torch.full((1024,), float(rank + 1), device=device)
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=group)
     return bool((t == world * (world + 1) / 2).all())
 
 
-def _all_gather_ok(device: torch.device, rank: int, world: int) -> bool:
+def _all_gather_ok(device: torch.device, group: ProcessGroup, rank: int, world: int) -> bool:
     """Whether gathering [256] of each rank's index gives [world * 256], rank r's block filled with r."""
     mine = torch.full((256,), float(rank), device=device)
     got = mine.new_empty(256 * world)
-    all_gather_single(got, mine)
+    all_gather_single(got, mine, group=group)
     return bool((got.view(world, -1) == torch.arange(world, device=device).view(-1, 1)).all())
 
 
-def _all_to_all_ok(device: torch.device, rank: int, world: int) -> bool:
+def _all_to_all_ok(device: torch.device, group: ProcessGroup, rank: int, world: int) -> bool:
     """Whether all-to-all of [world * 16] (block j holds j + 100 rank) gives rank r block r of every rank."""
     mine = torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16) + 100 * rank
     got = torch.empty_like(mine)
-    dist.all_to_all_single(got, mine)
+    dist.all_to_all_single(got, mine, group=group)
     expected = rank + 100 * torch.arange(world, device=device, dtype=torch.float32).repeat_interleave(16)
     return bool((got == expected).all())
 
 
-def _ring_ok(device: torch.device, rank: int, world: int) -> bool:
+def _ring_ok(device: torch.device, group: ProcessGroup, rank: int, world: int) -> bool:
     """Whether each rank receives [256] of the previous rank's index from isend/irecv around the ring."""
     if world == 1:
         return True
     send = torch.full((256,), float(rank), device=device)
     recv = torch.empty_like(send)
-    ops = [
-        dist.P2POp(dist.isend, send, (rank + 1) % world),
-        dist.P2POp(dist.irecv, recv, (rank - 1) % world),
+    ops = [  # the group holds every rank: its ranks are the global ones
+        dist.P2POp(dist.isend, send, (rank + 1) % world, group=group),
+        dist.P2POp(dist.irecv, recv, (rank - 1) % world, group=group),
     ]
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     return bool((recv == (rank - 1) % world).all())
 
 
-def _broadcast_ok(device: torch.device, rank: int, world: int) -> bool:
+def _broadcast_ok(device: torch.device, group: ProcessGroup, rank: int, world: int) -> bool:
     """Whether broadcasting rank 0's [256] of zeros leaves zeros on every rank."""
     t = torch.full((256,), float(rank), device=device)
-    dist.broadcast(t, src=0)
+    dist.broadcast(t, src=0, group=group)
     return bool((t == 0).all())
 
 
-COLLECTIVES: tuple[tuple[str, Callable[[torch.device, int, int], bool]], ...] = (
+COLLECTIVES: tuple[tuple[str, Callable[[torch.device, ProcessGroup, int, int], bool]], ...] = (
     ("init + barrier", _barrier_ok),
     ("all-reduce", _all_reduce_ok),
     ("all-gather", _all_gather_ok),
@@ -121,13 +160,22 @@ COLLECTIVES: tuple[tuple[str, Callable[[torch.device, int, int], bool]], ...] = 
     ("isend/irecv ring", _ring_ok),
     ("broadcast", _broadcast_ok),
 )
-"""(check name, test(device, rank, world)) of each collective checked, in the order every rank runs them."""
+"""(check name, test(device, group, rank, world)) of each collective checked, in the order every rank runs
+them."""
 
 
-def collective_checks(device: torch.device, platform: Platform) -> list[Check]:
-    """One call of each collective the modes use, its result checked (every rank knows what it must get)."""
+def collective_checks(device: torch.device, platform: Platform, checks: DistributedChecks) -> list[Check]:
+    """One call of each collective the modes use, its result checked (every rank knows what it must get),
+    each in a group of its own."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    return [_timed_check(name, partial(ok, device, rank, world), platform) for name, ok in COLLECTIVES]
+    return [
+        checks.run(
+            "backend",
+            name,
+            lambda g, ok=ok, name=name: _timed_check(name, partial(ok, device, g, rank, world), platform),
+        )
+        for name, ok in COLLECTIVES
+    ]
 
 
 def matmul_checks(device: torch.device, platform) -> list[Check]:
@@ -186,64 +234,75 @@ def op_checks(device: torch.device) -> list[Check]:
     return out
 
 
-def layer_checks(device: torch.device, backends: list[str]) -> list[Check]:
+def layer_checks(device: torch.device, backends: list[str], checks: DistributedChecks) -> list[Check]:
     """One layer under each mode at cp = the ranks here, fp32, forward and backward, against the
-    single-device layer (gdn_cp.accuracy.compare_layer_under_cp): with the default backend, then with each
-    of `backends` (checks named `<mode> (<backend>)`)."""
+    single-device layer (gdn_cp.accuracy.compare_layer_under_cp), and its prefill: with the default
+    backend, then with each of `backends` (checks named `<mode> (<backend>)`), each in a group of its own."""
     out = []
     for backend in [DEFAULT_BACKEND, *backends]:
         layer = dataclasses.replace(LAYER, backend=backend)
         suffix = "" if backend == DEFAULT_BACKEND else f" ({backend})"
-        out += _mode_checks(layer, suffix, device)
+        out += _mode_checks(layer, suffix, device, checks)
     return out
 
 
-def _mode_checks(layer: GatedDeltaNetConfig, suffix: str, device: torch.device) -> list[Check]:
+def _mode_checks(
+    layer: GatedDeltaNetConfig, suffix: str, device: torch.device, checks: DistributedChecks
+) -> list[Check]:
     world = dist.get_world_size()
     out = []
     for mode in MODES:
         name = mode + suffix
         try:
             check_cp_shapes(mode, layer, world)
-        except ValueError as exc:
+        except ValueError as exc:  # the same on every rank: no group is needed to say so
             out.append(Check("layer", name, "info", f"not run: {exc}"))
             continue
-        try:
-            result = compare_layer_under_cp(
-                layer, mode=mode, seq_len=LAYER_TOKENS_PER_RANK * world, batch=1, seed=0, device=device
-            )
-        except Exception as exc:
-            out.append(Check("layer", name, "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
-            continue
-        failures = result.failures(LAYER_BARS)
-        detail = (
-            f"cp {world}: output rel-L2 {result.output.rel_l2:.1e}, input grad {result.input_grad.rel_l2:.1e}"
-        )
-        out.append(
-            Check(
-                "layer",
-                name,
-                "fail" if failures else "ok",
-                detail + (f"; {', '.join(failures)}" if failures else ""),
-            )
-        )
-        out.append(_prefill_check(layer, mode, name, world, device))
+        out.append(checks.run("layer", name, partial(_layer_check, layer, mode, name, world, device)))
+        prefill = partial(_prefill_check, layer, mode, name, world, device)
+        out.append(checks.run("layer", f"{name} prefill", prefill))
     return out
 
 
-def _prefill_check(
-    layer: GatedDeltaNetConfig, mode: str, name: str, world: int, device: torch.device
+def _layer_check(
+    layer: GatedDeltaNetConfig,
+    mode: str,
+    name: str,
+    world: int,
+    device: torch.device,
+    group: ProcessGroup,
 ) -> Check:
-    """The serving prefill under `mode` (packed documents, final states on every rank) against the
+    """The layer under `mode` in `group` (forward and backward) against the single-device layer."""
+    result = compare_layer_under_cp(
+        layer, mode=mode, seq_len=LAYER_TOKENS_PER_RANK * world, batch=1, seed=0, device=device, group=group
+    )
+    failures = result.failures(LAYER_BARS)
+    detail = (
+        f"cp {world}: output rel-L2 {result.output.rel_l2:.1e}, input grad {result.input_grad.rel_l2:.1e}"
+    )
+    return Check(
+        "layer",
+        name,
+        "fail" if failures else "ok",
+        detail + (f"; {', '.join(failures)}" if failures else ""),
+    )
+
+
+def _prefill_check(
+    layer: GatedDeltaNetConfig,
+    mode: str,
+    name: str,
+    world: int,
+    device: torch.device,
+    group: ProcessGroup,
+) -> Check:
+    """The serving prefill under `mode` in `group` (packed documents, final states on every rank) against the
     single-device prefill (gdn_cp.accuracy.compare_prefill_under_cp), at the layer check's rel-L2 bar."""
     tokens = LAYER_TOKENS_PER_RANK * world
     documents = [0, tokens // 3, tokens // 3 + 1, tokens]  # one spanning ranks, one of one token
-    try:
-        result = compare_prefill_under_cp(
-            layer, mode=mode, seq_len=tokens, seed=0, device=device, documents=documents
-        )
-    except Exception as exc:
-        return Check("layer", f"{name} prefill", "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    result = compare_prefill_under_cp(
+        layer, mode=mode, seq_len=tokens, seed=0, device=device, documents=documents, group=group
+    )
     worst = result.worst_rel_l2()
     status: Status = "ok" if worst <= LAYER_BARS.rel_l2 else "fail"
     detail = (
@@ -253,14 +312,16 @@ def _prefill_check(
     return Check("layer", f"{name} prefill", status, detail)
 
 
-def doctor_on_rank(device_kind: str) -> list[Check]:
-    """Every device check on this rank (run by run_on_ranks, its device already set)."""
+def doctor_on_rank(device_kind: str, timeout_s: float) -> list[Check]:
+    """Every device check on this rank (run by run_on_ranks, its device already set); `timeout_s`: each
+    check's limit where it takes every rank (DistributedChecks)."""
     platform = resolve_platform(device_kind)
     device = platform.device(local_rank())
+    checks = DistributedChecks(platform.backend, timeout_s)
     return [
-        *collective_checks(device, platform),
+        *collective_checks(device, platform, checks),
         *matmul_checks(device, platform),
         *op_checks(device),
         *kernel_checks(device, platform.synchronize),
-        *layer_checks(device, layer_backends(device)),
+        *layer_checks(device, layer_backends(device), checks),
     ]

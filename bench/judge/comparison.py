@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from bench.errors import first_line
 from bench.judge.reference import scenario_order
+from bench.measure.gate import fingerprint_difference
 from bench.measure.statistics import (
     RatioInterval,
     classify,
@@ -44,7 +45,7 @@ from bench.measure.statistics import (
     turn_difference,
 )
 from bench.records import to_dict
-from bench.results.store import CaseResult, RunResult
+from bench.results.store import NOT_COMPARABLE, CaseResult, RunResult
 from bench.suite.config import Case
 
 Verdict = Literal["better", "worse", "~", "too noisy", "contended", "not comparable"]
@@ -79,7 +80,10 @@ def sequential_alpha(alpha: float, looks: int) -> float:
     return alpha / looks
 
 
-MACHINE_KEYS = ("hostname", "cpu_model", "cpu_count")
+MACHINE_KEYS = ("cpu_model", "cpu_count")
+"""What makes a machine's times comparable: its CPU model and core count (with the device, DEVICE_KEYS). Not
+the hostname, a label that a CI runner changes every run: `bench history` and the charts group runs by the
+same keys (bench.judge.history.machine_of), so compare and history agree on what is one machine."""
 DEVICE_KEYS = ("device_type", "device_name", "backend")
 SOFTWARE_KEYS = ("torch_version", "torch_npu_version")
 
@@ -153,6 +157,9 @@ class NotCompared:
     """ok, failed, skipped, or missing."""
     head_status: str
     reason: str
+    not_comparable: bool = False
+    """Skipped as not comparable (a ref cannot run the case as named: bench.launch.paired), counted with the
+    not comparable cases."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -171,7 +178,18 @@ class Comparison:
         return self.base.session is not None and self.base.session == self.head.session
 
     def count(self, verdict: Verdict) -> int:
-        return sum(c.verdict == verdict for c in self.cases)
+        """Cases with `verdict`; "not comparable" also counts the cases a ref could not run as named."""
+        skipped = sum(n.not_comparable for n in self.not_compared) if verdict == "not comparable" else 0
+        return sum(c.verdict == verdict for c in self.cases) + skipped
+
+    def not_comparable_reasons(self) -> dict[str, int]:
+        """Each reason cases were not comparable for (`comparability`), with how many: one line each in
+        every view (`not_comparable_note`)."""
+        reasons: dict[str, int] = {}
+        for c in self.cases:
+            if c.not_comparable:
+                reasons[c.not_comparable] = reasons.get(c.not_comparable, 0) + 1
+        return reasons
 
     @property
     def head_failures(self) -> list[NotCompared]:
@@ -189,8 +207,9 @@ class Comparison:
             parts.append(f"{self.count('too noisy')} too noisy")
         if self.count("contended"):
             parts.append(f"{self.count('contended')} contended")
-        if self.not_compared:
-            parts.append(f"{len(self.not_compared)} not compared")
+        others = sum(not n.not_comparable for n in self.not_compared)
+        if others:
+            parts.append(f"{others} not compared")
         return ", ".join(parts)
 
 
@@ -209,21 +228,34 @@ def _case_fields(case: Case) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in CASE_KEYS_IGNORED}
 
 
-def comparability(base_run: RunResult, base: CaseResult, head_run: RunResult, head: CaseResult) -> str | None:
+def comparability(
+    base_run: RunResult,
+    base: CaseResult,
+    head_run: RunResult,
+    head: CaseResult,
+    *,
+    outputs: bool = True,
+) -> str | None:
     """Why the timings of one case on two sides must not be compared, or None when they may be.
 
     Two measurements of a case are comparable only when they come from
-      - the same machine: hostname, CPU model, core count (CPU-side overheads and rank threads depend on it);
+      - the same machine: CPU model and core count (CPU-side overheads and rank threads depend on them; the
+        hostname is a label, which a CI runner changes every run);
       - the same device: device type, device name, collective backend;
       - the same software below the code under test: torch (and torch-npu) version;
       - the same case as it ran (its layer, dtype, batch, seed, inputs and effective warmup; not its repeats
         and rounds, which change the interval's width, not what is timed), and the same scenario definition
         for the keys both definitions have, ignoring SCENARIO_KEYS_IGNORED (keys that cannot change this
         case's numbers; a key only one side's bench version writes is judged through the case);
-      - the same torch threads per rank (recorded per case; on CPU it dominates the time).
+      - the same torch threads per rank (recorded per case; on CPU it dominates the time);
+      - the same outputs (`outputs`): where both sides' correctness gate fingerprinted the case's results
+        (bench.measure.gate), they agree within the looser side's bar, so that a faster wrong program is
+        never called better (`bench compare --allow-different-outputs` skips this one check: a kernel change
+        that moves rounding stays under the bar anyway).
     The git commit, branch and dirty flag are *what* is compared, so they never make a pair incomparable;
     neither does the launcher or the Python version. The reason names every difference found, e.g.
-    "different machine (hostname 'vm' vs 'ci-3')".
+    "different machine (cpu_count 2 vs 8)"; `not_comparable_note` adds the flag that compares them anyway.
+    `bench compare` judges a pair of files by it, `bench history` every pair of adjacent runs of a case.
     """
     reasons = []
     env_b, env_h = to_dict(base_run.environment), to_dict(head_run.environment)
@@ -243,7 +275,45 @@ def comparability(base_run: RunResult, base: CaseResult, head_run: RunResult, he
         reasons.append(f"different scenario {scenario} ({', '.join(diff)})")
     if base.threads_per_rank != head.threads_per_rank:
         reasons.append(f"different threads per rank ({base.threads_per_rank} vs {head.threads_per_rank})")
+    if outputs:
+        reasons += different_outputs(base, head)
     return "; ".join(reasons) or None
+
+
+DIFFERENT_OUTPUTS = "the refs compute different outputs"
+"""How `comparability` names the one difference `--allow-different-outputs` lifts alone."""
+
+
+def different_outputs(base: CaseResult, head: CaseResult) -> list[str]:
+    """[the reason] where both sides' fingerprints exist and differ beyond the looser side's bar, else []."""
+    if base.check is None or head.check is None:
+        return []
+    found = fingerprint_difference(head.check.fingerprints, base.check.fingerprints)
+    bar = max(base.check.bar, head.check.bar)
+    if found is None or found[1] <= bar:
+        return []
+    name, rel = found
+    return [f"{DIFFERENT_OUTPUTS} (rel-L2 {rel:.1e} on {name}, bar {bar:.0e})"]
+
+
+def override_flag(reason: str, command: str = "") -> str:
+    """The flag that compares cases not comparable for `reason` anyway: --allow-different-outputs where the
+    outputs are the only difference, else --force (which lifts every check); `command` (e.g. `bench
+    compare`) prefixes it for a view that has no such flag of its own (a report)."""
+    only_outputs = all(part.startswith(DIFFERENT_OUTPUTS) for part in reason.split("; "))
+    flag = "--allow-different-outputs" if only_outputs else "--force"
+    return f"`{command} {flag}`" if command else flag
+
+
+def not_comparable_note(reason: str, cases: int, *, where: str = "", command: str = "") -> str:
+    """The one line every view prints for a group of cases not comparable for the same `reason`: the count,
+    the difference and the flag that compares them anyway (`override_flag`; `where`: e.g. " from e761a03b
+    on"), e.g. `not comparable, 140 cases: different scenario cpu-scaling (warmup 3 vs 2); --force compares
+    them anyway`."""
+    return (
+        f"not comparable{where}, {cases} case{'s' * (cases != 1)}: {reason}; "
+        f"{override_flag(reason, command)} compares them anyway"
+    )
 
 
 def clean_medians(result: CaseResult) -> tuple[list[float], int]:
@@ -274,10 +344,11 @@ def compare_case(
     factor: float,
     alpha: float,
     force: bool = False,
+    allow_different_outputs: bool = False,
 ) -> CaseComparison:
     """Ratio, interval and verdict of one case that is ok on both sides."""
     (b, b_shared), (h, h_shared) = clean_medians(base), clean_medians(head)
-    reason = comparability(base_run, base, head_run, head)
+    reason = comparability(base_run, base, head_run, head, outputs=not allow_different_outputs)
     differences = paired_differences(base, head)
     interval: RatioInterval | None = None
     if differences:
@@ -321,6 +392,7 @@ def compare_runs(
     factor: float = DEFAULT_FACTOR,
     alpha: float = DEFAULT_ALPHA,
     force: bool = False,
+    allow_different_outputs: bool = False,
 ) -> Comparison:
     """Compare every case of the two runs (see the module docstring)."""
     if factor <= 1.0:
@@ -333,7 +405,18 @@ def compare_runs(
     for key in sorted(cases, key=lambda k: order(cases[k])):  # scenario order, not the order they ran
         b, h = base.get(key), head.get(key)
         if b is not None and h is not None and b.status == "ok" and h.status == "ok":
-            out.cases.append(compare_case(base, b, head, h, factor=factor, alpha=alpha, force=force))
+            out.cases.append(
+                compare_case(
+                    base,
+                    b,
+                    head,
+                    h,
+                    factor=factor,
+                    alpha=alpha,
+                    force=force,
+                    allow_different_outputs=allow_different_outputs,
+                )
+            )
             continue
         b_status = b.status if b is not None else "missing"
         h_status = h.status if h is not None else "missing"
@@ -346,7 +429,16 @@ def compare_runs(
                 if r.status != "ok" and r.error
             ]
             reason = "; ".join(errors) or f"base {b_status}, head {h_status}"
+        skipped = [r for r in (b, h) if r is not None and (r.error or "").startswith(NOT_COMPARABLE)]
+        if skipped:
+            reason = skipped[0].error or reason
         out.not_compared.append(
-            NotCompared(key=key, base_status=b_status, head_status=h_status, reason=reason)
+            NotCompared(
+                key=key,
+                base_status=b_status,
+                head_status=h_status,
+                reason=reason,
+                not_comparable=bool(skipped),
+            )
         )
     return out

@@ -8,7 +8,9 @@ comparison adds later, such as "too noisy") is neither a pass nor a failure: it 
 Verdicts are matched by name only, so that the statistics behind them can change freely.
 
 Accuracy: a head record of `bench verify` that is ok and failed a check, or that failed to run (a rank
-raised, died or timed out), makes head *inexact*: exactness was not shown. Skipped records do not count.
+raised, died or timed out), makes head *inexact*: exactness was not shown. A check that passed but let a
+mutant through ("pass, no power against: ...": bench.results.verifications) showed nothing either way: it
+is counted apart, never as a pass. Skipped records do not count.
 Base records, when given, are shown beside head's, but only head is judged: exactness is not relative.
 
 Outcome: "slower", "inexact" or "slower and inexact" when anything failed; else "nothing compared" when
@@ -50,7 +52,14 @@ def check_state(record: Verification | None) -> str:
         return "not run"
     if record.status == "skipped":
         return "skipped"
+    if without_power(record):
+        return "pass, no power"
     return "pass" if record.passed else "FAIL"
+
+
+def without_power(record: Verification) -> bool:
+    """A check that passed and let a mutant through: a pass that could not have failed."""
+    return record.status == "ok" and record.passed and bool(record.no_power_against)
 
 
 def is_inexact(record: Verification) -> bool:
@@ -92,8 +101,15 @@ class GateResult:
 
     @property
     def checked(self) -> int:
-        """Head checks that ran (status ok), passed or not."""
-        return sum(p.head is not None and p.head.status == "ok" for p in self.accuracy)
+        """Head checks that ran (status ok) and showed something: failed, or passed with power."""
+        return sum(
+            p.head is not None and p.head.status == "ok" and not without_power(p.head) for p in self.accuracy
+        )
+
+    @property
+    def powerless(self) -> list[str]:
+        """Keys of the head checks that passed without power (counted apart: neither pass nor failure)."""
+        return [p.key for p in self.accuracy if p.head is not None and without_power(p.head)]
 
     @property
     def outcome(self) -> Outcome:
@@ -114,7 +130,9 @@ class GateResult:
         timing = f"timing: {self.judged} judged, {len(self.slower)} slower" + (
             f" ({unjudged}: no verdict)" if unjudged else ""
         )
-        accuracy = f"accuracy: {self.checked} checks on head, {len(self.inexact)} inexact"
+        accuracy = f"accuracy: {self.checked} checks on head, {len(self.inexact)} inexact" + (
+            f" ({len(self.powerless)} passed without power: not counted)" if self.powerless else ""
+        )
         return f"{self.outcome}; {timing}; {accuracy}"
 
 

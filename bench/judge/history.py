@@ -1,67 +1,41 @@
-"""A case followed across commits: result files of many commits (a backfill, or CI runs on main), grouped by
-machine and scenario, each case's runs in commit order with their change points.
+"""A case followed across commits: the runs of many commits (bench.results.history loads them: a backfill,
+or CI runs on main) grouped by machine and scenario, each case's runs in commit order with their change
+points. Pure: records in, records out (no files).
 
-    histories = load_history([Path("results/history")])     # files and folders, searched for *.json
+    histories = build_histories(load_runs([Path("results/history")]).runs)
     for h in histories:  h.machine, h.scenario, h.commits, h.cases[i].runs, h.cases[i].changes
 
-A run is one result file; its place is its commit's date (GitInfo.date; older files: the date of the run),
-then when it ran, so that several runs of one commit sit side by side. A machine is what makes times
-comparable: the CPU model, its core count and the device (not the hostname, which a CI runner changes every
-time). A commit whose bench could not run (bench.launch.backfill) is kept as failed, with its error.
+A run sits at its commit's date (GitInfo.date; older files: the date of the run), then when it ran, so that
+several runs of one commit sit side by side. A machine is what makes times comparable: the CPU model, its
+core count and the device (not the hostname, which a CI runner changes every time). A commit whose bench
+could not run (bench.launch.backfill) is kept as failed, with its error.
+
+Two adjacent runs of a case are judged by `bench compare`'s one rule (bench.judge.comparison.comparability):
+where they are not comparable (another warmup, scenario definition, torch, threads, outputs), no change is
+looked for across them (each comparable stretch is searched on its own) and the history says so
+(`History.breaks`, `break_notes`), unless `force` (or `allow_different_outputs`, for the outputs alone), as in
+`bench compare`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 
-from bench.errors import UserError
 from bench.judge.changepoints import ChangePoint, change_points
-from bench.judge.comparison import DEFAULT_ALPHA, DEFAULT_FACTOR, clean_medians
+from bench.judge.comparison import (
+    DEFAULT_ALPHA,
+    DEFAULT_FACTOR,
+    clean_medians,
+    comparability,
+    not_comparable_note,
+)
 from bench.measure.memory import MEMORY_RESOLUTION_MIB
 from bench.measure.statistics import format_ratio
-from bench.results.env import commit_metadata
-from bench.results.store import CaseResult, RunResult, load_result
-
-FAILED_SUFFIX = ".failed.json"
-"""A backfill's record of a commit whose bench could not run: {commit, date, subject, error}."""
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    commit: str
-    date: str | None
-    """Committer date, ISO 8601 (None: unknown; the run's own date orders it)."""
-    subject: str | None
-
-    @property
-    def short(self) -> str:
-        return self.commit[:8]
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """One result file of a scenario on a machine."""
-
-    commit: Commit
-    created_at: str
-    path: Path
-    run: RunResult | None
-    """None: the commit's bench could not run (`error`)."""
-    error: str | None = None
-
-    @property
-    def date(self) -> str:
-        """The commit's date, else the run's (ISO 8601)."""
-        return self.commit.date or self.created_at
-
-    @property
-    def order(self) -> tuple[str, str]:
-        return (self.date, self.created_at)
+from bench.results.history import Run
+from bench.results.store import CaseResult, RunResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +45,19 @@ class MemoryStep:
     index: int
     before_mib: float
     after_mib: float
+
+
+@dataclass(frozen=True, slots=True)
+class Break:
+    """Adjacent runs of some cases that are not comparable (bench.judge.comparison.comparability): no change
+    is looked for across them."""
+
+    index: int
+    """The first run after the break (an index into the history's runs)."""
+    reason: str
+    """What differs, as `bench compare` names it."""
+    keys: tuple[str, ...]
+    """The cases it breaks."""
 
 
 @dataclass(slots=True)
@@ -107,6 +94,8 @@ class History:
     runs: list[Run]
     """In commit order (Run.order)."""
     cases: list[CaseHistory]
+    breaks: list[Break] = field(default_factory=list)
+    """Where adjacent runs are not comparable, by run then reason (empty with `force`)."""
 
     @property
     def newest(self) -> Run:
@@ -128,6 +117,20 @@ class History:
         )
 
 
+def break_notes(history: History) -> list[str]:
+    """One line per break, as `bench compare` words it, with the commit it comes at: `not comparable at
+    e761a03b (no change is looked for across it), 140 cases: different scenario cpu-scaling (warmup 3 vs 2);
+    --force compares them anyway`."""
+    return [
+        not_comparable_note(
+            b.reason,
+            len(b.keys),
+            where=f" at {history.runs[b.index].commit.short} (no change is looked for across it)",
+        )
+        for b in history.breaks
+    ]
+
+
 def change_text(change: ChangePoint, *, contended: bool = False) -> str:
     """`1.31x [1.22, 1.40] slower` / `... faster`, `(contended)` after it when a side was."""
     return f"{format_ratio(change.ratio)} {change.effect}" + (" (contended)" if contended else "")
@@ -140,32 +143,6 @@ def machine_of(run: RunResult) -> str:
     return f"{e.cpu_model}, {e.cpu_count} cores, {device}"
 
 
-def _files(paths: Iterable[Path]) -> list[Path]:
-    out: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            out += sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise UserError(
-                f"{path}: no such file or folder; give result files or the folders that hold them"
-            )
-    return out
-
-
-def _failed(path: Path) -> tuple[str, Run]:
-    """A backfill's failure record as a run of its scenario (`name` in the record)."""
-    try:
-        data = json.loads(path.read_text())
-        commit = Commit(data["commit"], data.get("date"), data.get("subject"))
-        return data["name"], Run(commit, data["created_at"], path, None, data["error"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(
-            f"{path}: not a backfill failure record ({exc}); remove it or re-run the backfill"
-        ) from None
-
-
 def _memory_steps(results: Sequence[CaseResult | None]) -> list[MemoryStep]:
     """Adjacent ok runs whose peak differs by more than the memory resolution and 1%."""
     out = []
@@ -176,41 +153,46 @@ def _memory_steps(results: Sequence[CaseResult | None]) -> list[MemoryStep]:
     return out
 
 
-def load_history(
-    paths: Sequence[Path], *, factor: float = DEFAULT_FACTOR, alpha: float = DEFAULT_ALPHA
+def build_histories(
+    runs: Sequence[Run],
+    *,
+    factor: float = DEFAULT_FACTOR,
+    alpha: float = DEFAULT_ALPHA,
+    force: bool = False,
+    allow_different_outputs: bool = False,
 ) -> list[History]:
-    """Every (machine, scenario) of the result files under `paths`, with each case's change points
-    (`factor` and `alpha` as `bench compare` takes them). UserError when no result file is found."""
+    """Every (machine, scenario) of `runs` (bench.results.history.load_runs), with each case's change
+    points (`factor` and `alpha` as `bench compare` takes them), searched within the stretches of runs that
+    are comparable (`force`, `allow_different_outputs`: as `bench compare` takes them); a scenario of
+    verify records only, with no time to follow, has none."""
     groups: dict[tuple[str, str], list[Run]] = {}
-    failures: list[tuple[str, Run]] = []
-    for path in _files(paths):
-        if path.name.endswith(FAILED_SUFFIX):
-            failures.append(_failed(path))
-            continue
-        run = load_result(path)
-        e = run.environment
-        date, subject = e.git_date, e.git_subject
-        if date is None:  # a file from before the environment recorded it: ask the checkout, if it knows
-            date, subject = commit_metadata(Path.cwd(), e.git_commit)
-        commit = Commit(e.git_commit, date, subject)
-        for scenario in run.scenarios:
-            groups.setdefault((machine_of(run), scenario), []).append(Run(commit, run.created_at, path, run))
-    if not groups:
-        raise UserError(
-            f"no result file under {', '.join(map(str, paths))}; give the folders `bench run` wrote"
-        )
-    for name, failed in failures:  # a failed commit has no machine of its own: it shows where its scenario is
-        for (_, scenario), runs in groups.items():
-            if scenario in name.split("+"):
-                runs.append(failed)
+    for r in runs:
+        if r.run is not None:
+            for scenario in r.run.scenarios:
+                groups.setdefault((machine_of(r.run), scenario), []).append(r)
+    for failed in runs:  # a failed commit has no machine of its own: it shows where its scenario is
+        if failed.run is None:
+            for (_, scenario), grouped in groups.items():
+                if scenario in failed.scenarios:
+                    grouped.append(failed)
+    judge = _Judge(factor, alpha, force, allow_different_outputs)
     histories = [
-        _history(machine, scenario, runs, factor, alpha)
-        for (machine, scenario), runs in sorted(groups.items())
+        _history(machine, scenario, grouped, judge) for (machine, scenario), grouped in sorted(groups.items())
     ]
-    return [h for h in histories if h.cases]  # a scenario of verify records only has no time to follow
+    return [h for h in histories if h.cases]
 
 
-def _history(machine: str, scenario: str, runs: list[Run], factor: float, alpha: float) -> History:
+@dataclass(frozen=True, slots=True)
+class _Judge:
+    """How the histories are judged: `bench compare`'s thresholds and overrides."""
+
+    factor: float
+    alpha: float
+    force: bool
+    allow_different_outputs: bool
+
+
+def _history(machine: str, scenario: str, runs: list[Run], judge: _Judge) -> History:
     runs = sorted(runs, key=lambda r: r.order)
     keys = list(
         dict.fromkeys(
@@ -218,17 +200,37 @@ def _history(machine: str, scenario: str, runs: list[Run], factor: float, alpha:
         )
     )
     cases = []
+    breaks: dict[tuple[int, str], list[str]] = {}
     for key in keys:
         results = []
         for r in runs:
             found = None if r.run is None else r.run.get(key)
             results.append(found if found is not None and found.status == "ok" and found.rounds else None)
-        measured = [(i, clean_medians(res)[0]) for i, res in enumerate(results) if res is not None]
-        steps = change_points([m for _, m in measured if m], factor=factor, alpha=alpha)
-        index = [i for i, m in measured if m]
-        changes = [dataclasses.replace(c, index=index[c.index]) for c in steps]
+        # the measured runs, in stretches of comparable neighbours: a step is looked for within each
+        stretches: list[list[tuple[int, list[float]]]] = [[]]
+        before: int | None = None
+        for i, result in enumerate(results):
+            if result is None:
+                continue
+            if before is not None and not judge.force:
+                earlier = results[before]
+                assert earlier is not None and runs[before].run is not None and runs[i].run is not None
+                reason = comparability(
+                    runs[before].run, earlier, runs[i].run, result, outputs=not judge.allow_different_outputs
+                )
+                if reason is not None:
+                    breaks.setdefault((i, reason), []).append(key)
+                    stretches.append([])
+            stretches[-1].append((i, clean_medians(result)[0]))
+            before = i
+        changes = []
+        for stretch in stretches:
+            measured = [(i, m) for i, m in stretch if m]
+            steps = change_points([m for _, m in measured], factor=judge.factor, alpha=judge.alpha)
+            changes += [dataclasses.replace(c, index=measured[c.index][0]) for c in steps]
         cases.append(CaseHistory(key, results, changes, _memory_steps(results)))
-    return History(machine, scenario, runs, cases)
+    found = [Break(i, reason, tuple(k)) for (i, reason), k in sorted(breaks.items())]
+    return History(machine, scenario, runs, cases, found)
 
 
 def regressions_at_newest(histories: Sequence[History]) -> list[tuple[History, CaseHistory, ChangePoint]]:

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.errors import UserError
-from bench.judge.history import FAILED_SUFFIX
 from bench.launch import interleave
 from bench.launch.gitrefs import RefSide, resolve_side, worktree
 from bench.launch.interleave import Checkout, Staged
 from bench.results.env import commit_metadata, now_iso, run_git
+from bench.results.history import FAILED_SUFFIX
 from bench.results.store import load_result
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection

@@ -11,8 +11,9 @@ rank's two pieces is padded on its own. Packed documents add nothing: the layer 
 inside shared chunks (gdn_cp.ops.documents, resets), so they pad nothing; e = bytes per element of the
 dtype, a = of the accumulation dtype (4; 8 for fp64), P = parameter count, conv_dim = 2*Hk*K + Hv*V,
 value_dim = Hv*V, state = Hv*K*(V + K) (one packed [S | M]). The local path is the mode's
-(CPMode.local_path: "whole" for ulysses, "recompute" / "affine" for the summary modes with checkpoint on /
-off, "split" with overlap):
+(CPMode.local_path: "whole" for ulysses; for the summary modes "kcp" / "kcp-kept" on a backend with a
+summaries-then-outputs pair (gdn_cp, fla) with checkpoint on / off, "recompute" / "affine" on another,
+"split" with overlap):
 
     peak = e*P                                              parameters
          + 2 * e * tokens * hidden                          input shard and output gradient
@@ -20,7 +21,9 @@ off, "split" with overlap):
                                                             (q, k_tail, w, u: [C, K] or [C, V] per chunk;
                                                             the [C, C] UT transform and masked Q K^T)
          + WORKSPACE[path] * a * state                      the op's workspace that does not grow with
-                                                            tokens (its V + K call's on the affine path)
+                                                            tokens (its V + K call's on the affine path);
+                                                            F and WORKSPACE per path: OP_FACTOR,
+                                                            WORKSPACE_STATES
          + tokens * 2.5 * e*(2*conv_dim + 3*value_dim + hidden)   projections, conv out, z, o, norm, output
          + [split, checkpoint off] tokens * 3 * a * state / C     the per-chunk summary graph
          + held * batch * a * state                        the summaries of other ranks the mode holds
@@ -29,10 +32,11 @@ off, "split" with overlap):
          + [split] padded * F * a*Hv*K*(1 + K / C)          the output scan's extra K columns: q_eff per token
                                                            and the identity's part of each chunk state
          + [forward_backward] e*P + e*tokens*hidden         parameter and input gradients
+         + [forward_backward] padded * F_bwd[path] * a*Hv*(3K + V + C)   what the op's backward adds
 
 Fitted to gdn_cp's ops on CPU with the profiler meter at the reference PR's per-rank shape (hidden 2048,
 K/V heads 16/32, head dims 128, bf16, cp 2, 2K to 16K tokens per rank; scenario cpu-memory, README
-"Memory"): every measured peak lies under the estimate, by 1.10-1.21x at 8K tokens per rank for every mode
+"Memory"): every measured peak lies under the estimate, by 1.05-1.21x at 8K tokens per rank for every mode
 and checkpoint (the tests hold those figures). Off the CPU the allocator's rounding and a device's
 workspaces add to it: the device's own reading (device_used_bytes) is the one to trust there.
 """
@@ -43,19 +47,25 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.launch.devices import probe_devices
 from bench.suite.config import Case
-from gdn_cp.distributed import Platform, mode_class, probe_devices
+from gdn_cp.distributed import Platform, mode_class
 from gdn_cp.distributed.layout import pieces_per_rank
-from gdn_cp.distributed.modes import CPOptions
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.ops import get_backend
 
 ACTIVATION_FACTOR = 2.5
 """Live activation bytes per token, relative to the main tensors a step creates (fitted, see above)."""
-OP_FACTOR = {"whole": 2.5, "split": 2.5, "recompute": 2.0, "affine": 2.0}
-"""F[path]: the op's bytes per token, relative to its chunk intermediates (fitted, see above). ulysses'
-whole-sequence op and the split path keep more per token than the summary modes' calls through the op."""
-WORKSPACE_STATES = {"whole": 16, "split": 16, "recompute": 16, "affine": 72}
+OP_FACTOR = {"whole": 2.5, "split": 5.0, "kcp": 2.0, "kcp-kept": 3.0, "recompute": 2.0, "affine": 2.0}
+"""F[path]: the op's bytes per token, relative to its chunk intermediates (fitted, see above). The kcp
+path keeps what one fused call keeps (inputs, UT transforms, a state per block) and, unlike ulysses' whole
+sequence, its backward's working set is one block's; kcp-kept and split keep every prepared chunk, and split
+its scan at width V + K too (fitted at 2K tokens per rank: 1408 / 1656 MiB with the checkpoint on / off)."""
+BACKWARD_OP_FACTOR = {"kcp-kept": 1.5}
+"""F_bwd[path]: what a backward adds per token on top of F[path], relative to the chunk intermediates: the
+kcp-kept path's backward differentiates every kept chunk at once (their gradients, a second set); the other
+paths' backward works block by block or within what F counts (fitted, see above)."""
+WORKSPACE_STATES = {"whole": 16, "split": 16, "kcp": 16, "kcp-kept": 16, "recompute": 16, "affine": 72}
 """WORKSPACE[path]: the op's memory that does not grow with tokens, in packed states (fitted, see above)."""
 SUMMARY_GRAPH_FACTOR = 3.0
 """Per-chunk summary tensors kept for backward without the summary checkpoint, relative to one (S, M)."""
@@ -94,14 +104,7 @@ def estimate_peak_bytes(case: Case) -> int:
     summary = Hv * K * (K + V)  # elements of one packed [S | M]
 
     mode = mode_class(case.mode)
-    options = CPOptions(
-        mode=case.mode,
-        layout=case.layout,
-        checkpoint_summary=bool(case.checkpoint),
-        overlap=case.overlap,
-        backend=case.backend,
-    )
-    path = mode.local_path(options, get_backend(case.backend))
+    path = mode.local_path(case.options, get_backend(case.backend))
     peak = e * params + 2 * e * tokens * c.hidden_size
     peak += padded_tokens(case) * OP_FACTOR[path] * a * Hv * (3 * K + V + C)
     peak += WORKSPACE_STATES[path] * a * summary
@@ -114,6 +117,7 @@ def estimate_peak_bytes(case: Case) -> int:
     peak += held * case.batch * a * summary
     if case.pass_ == "forward_backward":
         peak += e * params + e * tokens * c.hidden_size
+        peak += padded_tokens(case) * BACKWARD_OP_FACTOR.get(path, 0.0) * a * Hv * (3 * K + V + C)
     # prefill: the forward's figure, an upper bound (inference mode keeps no activations for a backward)
     return int(peak)
 
@@ -159,7 +163,7 @@ class AvailableMemory:
 def available_memory(platform: Platform, local_rank: int | None = None) -> AvailableMemory:
     """What the ranks can allocate (AvailableMemory). cpu: the host's available memory. npu/cuda: a
     launcher (`local_rank` None) reads every local device's free memory from a probe process, so that it
-    creates no device context (gdn_cp.distributed.launch.probe_devices); a torchrun rank its own device's,
+    creates no device context (bench.launch.devices.probe_devices); a torchrun rank its own device's,
     which it chooses first."""
     if platform.device_type == "cpu":
         return AvailableMemory(host=host_available_bytes())

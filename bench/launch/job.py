@@ -10,10 +10,17 @@ store, never through a collective of the job, so a case that fails, even outside
   case's key and takes no further part;
 - every member watches that key from a thread (FailureWatch) and, once a peer failed, aborts the case's
   group (NCCL: its communicators, which ends a collective still waiting for the failed peer; gloo cannot end
-  a blocked operation, which then fails at the case's timeout, the case's own limit). torch's abort
-  (`_abort_process_group`) is experimental and documented with TORCH_NCCL_ASYNC_ERROR_HANDLING=0, which the
-  torchrun launcher sets for NCCL unless the user set it (the watchdog would otherwise handle the same error
-  itself, tearing the process down);
+  a blocked operation, which then fails at the case's timeout, the case's own limit). On NCCL the watch also
+  aborts the group once the case has run past its limit (its timeout): a collective that never completes
+  ends there, and the case fails. The group is aborted once per rank, by the first of the rank's own failure
+  and its watch (torch raises on a second abort of a group it has dropped);
+- torch's abort (`_abort_process_group`) is experimental and documented with
+  TORCH_NCCL_ASYNC_ERROR_HANDLING=0. Any other value lets ProcessGroupNCCL's watchdog handle an error or a
+  timeout itself: 1 (TearDown, what torchrun's agent sets in every worker) and 3 (SkipCleanUp, torch's
+  default) end the whole process, so one failed case would end the job; 2 (CleanUpOnly) aborts the
+  communicators without ending it. Under 0 the job does both itself (the watch: a peer's failure, the
+  limit), so every rank sets 0 before its first process group exists (`own_nccl_errors`), whatever torchrun
+  set, and rank 0 says so when it replaced another value;
 - then every rank of the job meets at a store barrier, reads the case's errors (the root cause: the first
   that is not a peer's echo) and destroys the case's group. The job's default group is never used by a
   case and stays sound for the next one.
@@ -22,8 +29,9 @@ store, never through a collective of the job, so a case that fails, even outside
   pytorch/pytorch#132696, NVIDIA/nccl#1013) raises JobStuck, which stops the sweep, keeping its results,
   instead of hanging the job. The thread left behind cannot be stopped; the process exits with the sweep.
 
-On NCCL this has been read against torch's documentation and tested on gloo by fault injection at each
-point (tests/bench/test_job_faults.py); it has not yet run on GPUs.
+On NCCL this has been read against torch's documentation and source (ProcessGroupNCCL's watchdog and
+abort) and tested on gloo by fault injection at each point (tests/bench/launch/test_job_faults.py, and
+under torchrun itself, test_torchrun_faults.py); it has not yet run on GPUs.
 
 Before the first case the ranks exchange their node's environment (`agree_on_nodes`): a node with other
 code, another torch or other devices would make the results incomparable, and every rank refuses it
@@ -48,8 +56,8 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from bench.errors import UserError
+from bench.launch.local import is_peer_error
 from bench.results.env import NodeEnvironment
-from gdn_cp.distributed.launch import is_peer_error
 
 T = TypeVar("T")
 
@@ -57,6 +65,10 @@ TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "timeout")
 """Words of a rank's error that was only waiting for a peer (gloo's and NCCL's collective timeouts)."""
 WATCH_INTERVAL_S = 0.05
 """How often a member looks for a peer's failure."""
+NCCL_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+"""Read by each ProcessGroupNCCL when it is created: 0 leaves NCCL's errors and timeouts to the job."""
+ABORTABLE = frozenset({"nccl"})
+"""Backends whose blocked collective an abort ends (abort_group): there a case is held to its limit too."""
 BARRIER_MARGIN_S = 10.0
 """The end-of-case barrier waits this much longer than the case's limit (a member timing out in gloo)."""
 
@@ -109,21 +121,48 @@ class CaseEnd:
     """`rank <r> failed: <error>` of the root cause, or None."""
 
 
-class FailureWatch:
-    """While its block runs, watches the case's failure count from a thread; once a peer has failed it
-    aborts the case's group (`abort`), so that a collective waiting for that peer ends."""
+def own_nccl_errors() -> str | None:
+    """Set TORCH_NCCL_ASYNC_ERROR_HANDLING=0 in this process, for the process groups it creates from now on
+    (module docstring: the job aborts a failed or overrun case's group itself); the value it replaced when
+    that was another (torchrun's 1), else None."""
+    before = os.environ.get(NCCL_ERROR_HANDLING)
+    os.environ[NCCL_ERROR_HANDLING] = "0"
+    return None if before in (None, "0") else before
 
-    def __init__(self, store: dist.Store, key: str, abort: Callable[[], None]) -> None:
-        self.store, self.key, self.abort = store, key, abort
-        self.aborted = False
+
+class FailureWatch:
+    """While its block runs, watches the case's failure count (and, given `limit_s`, the time) from a
+    thread; once a peer has failed, or the block has run `limit_s` seconds, it aborts the case's group
+    (`abort`), so that a collective waiting for that peer ends. The rank's own failure aborts through
+    `abort_once` too, so that the group is aborted once, whoever comes first."""
+
+    def __init__(
+        self, store: dist.Store, key: str, abort: Callable[[], None], limit_s: float | None = None
+    ) -> None:
+        self.store, self.key, self.abort, self.limit_s = store, key, abort, limit_s
+        self.reason: str | None = None
+        """Why the group was aborted: "peer" (a peer failed), "limit", "own" (this rank failed); None: not."""
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-failure-watch", daemon=True)
 
+    def abort_once(self, reason: str) -> bool:
+        """Abort the group for `reason` unless it was already aborted; whether this call aborted it."""
+        with self._lock:
+            if self.reason is not None:
+                return False
+            self.reason = reason
+        self.abort()
+        return True
+
     def _watch(self) -> None:
+        deadline = None if self.limit_s is None else time.monotonic() + self.limit_s
         while not self._stop.wait(WATCH_INTERVAL_S):
             if self.store.add(self.key, 0) > 0:  # add 0: an atomic read of the count
-                self.aborted = True
-                self.abort()
+                self.abort_once("peer")  # a no-op when this rank's own failure aborted it first
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                self.abort_once("limit")
                 return
 
     def __enter__(self) -> FailureWatch:
@@ -181,21 +220,33 @@ class CaseRunner:
         if rank < cp:
             # the job's default group is never aborted: only a case's own group is watched
             watch = (
-                FailureWatch(self.watch_store, f"{key}/failed", lambda: abort_group(group, self.backend))
+                FailureWatch(
+                    self.watch_store,
+                    f"{key}/failed",
+                    lambda: abort_group(group, self.backend),
+                    limit_s=self.timeout_s if self.backend in ABORTABLE else None,
+                )
                 if own_group
                 else None
             )
             with watch or contextlib.nullcontext():
                 try:
                     results = fn(group)
+                    if watch is not None and watch.reason == "limit":
+                        # its collectives were cut short: whatever it returned is not the case's result
+                        raise TimeoutError("its collectives were cut short, so what it returned is void")
                     if rank == 0:  # every rank keeps the same record of the case (the sweep's bookkeeping)
                         self.store.set(f"{key}/results", pickle.dumps(results))
                 except Exception as exc:
-                    if watch is not None and not watch.aborted:  # a case group of its own
-                        abort_group(group, self.backend)  # its own side first: nothing left queued
+                    if watch is not None:  # a case group of its own
+                        watch.abort_once("own")  # its own side first: nothing left queued
                     message = f"{type(exc).__name__}: {exc}"
-                    if watch is not None and watch.aborted:
+                    if watch is not None and watch.reason == "peer":
                         message = f"{message} (the case's group was aborted after a peer failed)"
+                    elif watch is not None and watch.reason == "limit":
+                        message = (
+                            f"{message} (the case's group was aborted at its limit of {self.timeout_s:g} s)"
+                        )
                     record = {"message": message, "time": time.time()}
                     self.store.set(f"{key}/error/{rank}", json.dumps(record))
                     self.store.add(f"{key}/failed", 1)

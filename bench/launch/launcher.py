@@ -18,6 +18,7 @@ import contextlib
 import datetime
 import inspect
 import os
+import re
 import signal
 import threading
 import time
@@ -27,26 +28,31 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from rich.markup import escape
 from torch.distributed import ProcessGroup
 
-from bench.console import print_warning
-from bench.launch.job import CaseRunner, JobStuck, agree_on_nodes, job_store
+from bench.console import console, print_warning
+from bench.launch.devices import probe_devices
+from bench.launch.job import (
+    NCCL_ERROR_HANDLING,
+    CaseRunner,
+    JobStuck,
+    agree_on_nodes,
+    job_store,
+    own_nccl_errors,
+)
+from bench.launch.local import default_threads_per_rank
 from bench.launch.pool import RankPool
 from bench.launch.preflight import check_cases
+from bench.measure.gate import CaseCheckError
 from bench.measure.memory import PROFILER_PRELOAD
-from bench.measure.rank import RankResults, measure_on_rank
+from bench.measure.rank import CaseRound, RankResults, measure_on_rank
 from bench.results.env import NodeEnvironment, node_environment
 from bench.results.store import Status
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection
-from gdn_cp.distributed import (
-    Platform,
-    default_threads_per_rank,
-    init_rank_group,
-    probe_devices,
-    teardown_process_group,
-)
+from gdn_cp.distributed import Platform, init_rank_group, teardown_process_group
 
 RankFn = Callable[[Case, str], Any]
 """What each rank runs, given the case and the device kind: bench.measure.rank.measure_on_rank (returning
@@ -55,8 +61,6 @@ tests pass a module-level function that fails on purpose. Rank 0's return value 
 
 T = TypeVar("T")
 
-NCCL_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-"""Read by ProcessGroupNCCL when the job's group is created: 0 leaves NCCL's errors to the job."""
 MAX_RANKS_PER_CORE = 4
 """A local cpu launch refuses more ranks than this many per core: they would only measure contention."""
 
@@ -119,6 +123,16 @@ class Outcome:
     """The id of the ranks' lifetime it ran in (a local pool's); None under torchrun (the job's one)."""
 
 
+GATE_FAILURE = re.compile(rf"^rank \d+ failed: {CaseCheckError.__name__}: ")
+"""How a rank's failure starts when the correctness gate failed the case (bench.measure.gate)."""
+
+
+def failure_line(error: str) -> str:
+    """A case's failure as recorded: the gate's own line where the gate failed it (every rank raised the same
+    line: which rank was first says nothing), else the first failing rank and its error."""
+    return GATE_FAILURE.sub("", error, count=1)
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt in the block (main thread only), so that a terminated sweep stops
@@ -143,10 +157,10 @@ class PoolRunner:
     def __init__(self, pool: RankPool) -> None:
         self.pool = pool
 
-    def run(self, case: Case) -> Outcome:
+    def run(self, case: Case | CaseRound) -> Outcome:
         answer = self.pool.run(case)
         if answer.failure is not None:
-            return Outcome(status="failed", error=str(answer.failure), wall_s=answer.wall_s)
+            return Outcome(status="failed", error=failure_line(str(answer.failure)), wall_s=answer.wall_s)
         return Outcome(status="ok", results=answer.value, wall_s=answer.wall_s, lifetime=answer.lifetime)
 
 
@@ -196,7 +210,7 @@ class LocalLauncher:
         with pool:
             yield PoolRunner(pool)
 
-    def run(self, case: Case) -> Outcome:
+    def run(self, case: Case | CaseRound) -> Outcome:
         """One case in a pool of its own; the wall time includes starting the ranks."""
         start = time.perf_counter()
         with self.pool(case.cp) as runner:
@@ -257,9 +271,16 @@ class TorchrunLauncher:
         torch.set_num_threads(threads_per_rank(self.threads_per_rank, self.job.local_world_size))
         timeout = datetime.timedelta(seconds=self.timeout_s)
         if self.platform.backend == "nccl":
-            # what torch documents for _abort_process_group (bench.launch.job): the job aborts a case's
-            # communicators itself, and the watchdog must not tear the process down for the same error
-            os.environ.setdefault(NCCL_ERROR_HANDLING, "0")
+            # 0, what torch documents for _abort_process_group (bench.launch.job), whatever torchrun set (1):
+            # the job aborts a failed case's communicators itself, and the watchdog must not end the job
+            replaced = own_nccl_errors()
+            if replaced is not None and self.job.rank == 0:
+                console.print(
+                    f"note: {NCCL_ERROR_HANDLING} was {escape(replaced)} (torchrun sets 1 in every rank); "
+                    "this job sets 0 in each rank: it aborts a failed or overrun case's process group itself "
+                    "(bench.launch.job), where NCCL's watchdog would end the whole job",
+                    soft_wrap=True,
+                )
         init_rank_group(self.platform, timeout)
         try:
             local = node_environment(
@@ -281,7 +302,7 @@ class TorchrunLauncher:
             raise
         teardown_process_group(timeout)
 
-    def run(self, case: Case) -> Outcome:
+    def run(self, case: Case | CaseRound) -> Outcome:
         start = time.perf_counter()
         world = self.job.world_size
         most = world if self.takes_group else None
@@ -310,7 +331,7 @@ class TorchrunLauncher:
             return Outcome(status="failed", error=str(exc), wall_s=time.perf_counter() - start)
         wall = time.perf_counter() - start
         if end.error is not None:
-            return Outcome(status="failed", error=end.error, wall_s=wall)
+            return Outcome(status="failed", error=failure_line(end.error), wall_s=wall)
         return Outcome(status="ok", results=end.results, wall_s=wall)
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import UserError
+from bench.launch.devices import host_device_name
 from bench.launch.interleave import Checkout
 from bench.launch.launcher import LocalLauncher, Outcome, prepare_launch
 from bench.launch.schedule import Slot, new_seed
@@ -36,7 +37,7 @@ from bench.launch.sweep import judge_with_earlier, recent_windows, round_slots, 
 from bench.measure.library import LibraryError, load_library
 from bench.measure.rank import PairedCase, measure_pair_on_rank
 from bench.results.env import collect_environment, commit_info, git_info
-from bench.results.store import CaseResult, ResultWriter, RunResult
+from bench.results.store import NOT_COMPARABLE, CaseResult, ResultWriter, RunResult
 from bench.suite.config import Case
 from bench.suite.loader import Suite
 from bench.suite.selection import Selection, run_device
@@ -62,6 +63,27 @@ def check_libraries(roots: Sequence[str], labels: Sequence[str]) -> None:
                 f"{label}: its gdn_cp cannot be measured paired ({exc}); compare with --unpaired, which runs "
                 "each ref's own bench in lifetimes of its own"
             ) from None
+
+
+def _runnable(
+    cases: Sequence[Case], roots: Sequence[str], labels: Sequence[str], writers: Sequence[ResultWriter]
+) -> list[Case]:
+    """The cases both refs' gdn_cp can run as named; every other one is written to both files as skipped,
+    not comparable, naming what each ref lacks (bench.measure.library.Library.unsupported): a field silently
+    dropped would time a ref's own default under the case's name."""
+    runnable = []
+    for case in cases:
+        gaps = [
+            f"{label} has no {', '.join(lacking)}"
+            for root, label in zip(roots, labels, strict=True)
+            if (lacking := load_library(root).unsupported(case))
+        ]
+        if not gaps:
+            runnable.append(case)
+            continue
+        for writer in writers:
+            writer.add(CaseResult(case=case, status="skipped", error=NOT_COMPARABLE + "; ".join(gaps)))
+    return runnable
 
 
 def _side(outcome: Outcome, side: int) -> Outcome:
@@ -92,12 +114,17 @@ def run_paired_rounds(
     done = {key: len(r.rounds) for key, r in latest[0].items()}
     ended: set[str] = set()
     slots = round_slots(cases, launcher, done=done, ended=ended, seed=seed, stop_after=stop_after)
+    measured: set[str] = set()  # cases with a round in this run: the gate's checks ran in their first
     with contextlib.closing(slots):
         for slot, runner in slots:
             on_start(slot)
             key = slot.case.key()
             # the side that opens the timed turns alternates by round (time_passes)
-            outcome = runner.run(PairedCase(case=slot.case, roots=sides.roots, first=slot.round % 2))
+            paired = PairedCase(
+                case=slot.case, roots=sides.roots, first=slot.round % 2, first_round=key not in measured
+            )
+            measured.add(key)
+            outcome = runner.run(paired)
             base, head = _side(outcome, 0), _side(outcome, 1)
             judge_with_earlier(base, recent)
             if base.results is not None and head.results is not None:  # one window: one judgement
@@ -143,7 +170,8 @@ class PairedSession:
         create both result files. `most_rounds`: the rounds a case may get in all (`bench compare --budget`;
         default its scenario's)."""
         roots = tuple(str(c.root.resolve()) for c in checkouts)
-        check_libraries(roots, [f"{c.name} {c.side.label}" for c in checkouts])
+        labels = [f"{c.name} {c.side.label}" for c in checkouts]
+        check_libraries(roots, labels)
         platform = resolve_platform(run_device(suite.config.device, selections))
         launcher = prepare_launch(platform, None, suite, selections, measure_pair_on_rank)
         assert isinstance(launcher, LocalLauncher)  # no job: local pools
@@ -161,6 +189,7 @@ class PairedSession:
                 name=name,
                 environment=collect_environment(
                     platform,
+                    device_name=host_device_name(platform),
                     threads_per_rank=suite.config.threads_per_rank,
                     world_sizes=[c.cp for c in cases],
                     launcher="local",
@@ -173,6 +202,7 @@ class PairedSession:
                 measured_by=harness.commit + ("+dirty" if harness.dirty else ""),
             )
             writers.append(ResultWriter(checkout.output, run))
+        cases = _runnable(cases, roots, labels, writers)
         return cls(
             cases=cases, launcher=launcher, sides=PairedSides(roots, (writers[0], writers[1])), seed=seed
         )

@@ -5,8 +5,9 @@
             answer = pool.run(case)         # PoolAnswer: rank 0's value, or a RankFailure
 
 One pool is `world_size` processes (bench.launch.pool_rank, forked from the server of
-gdn_cp.distributed.launch.rank_context) in one process group, bootstrapped from a TCPStore this process
-hosts on 127.0.0.1 (gdn_cp.distributed.launch.loopback_store: nothing listens beyond this host). Starting
+bench.launch.local.rank_context, dying with this process: bench.launch.lifeline) in one process group,
+bootstrapped from a TCPStore this process hosts on 127.0.0.1 (bench.launch.local.loopback_store: nothing
+listens beyond this host). Starting
 the ranks and the process group still costs something per lifetime; a pool pays it once for all the cases
 it runs, instead of once per case.
 
@@ -35,10 +36,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from bench.launch.local import RankFailure, is_peer_error, loopback_store, rank_context
 from bench.launch.pool_rank import RankSetup, rank_main
 from bench.launch.stuck import DUMP_WAIT_S, inspect_ranks, stuck_ranks
-from gdn_cp.distributed import RankFailure
-from gdn_cp.distributed.launch import is_peer_error, loopback_store, rank_context
 
 GRACE_S = 1.5
 """After the first failure of a case, how long the other ranks' reports are awaited (the root cause may

@@ -6,13 +6,13 @@ leave. Rank -> parent: `("ready", rank, main_thread_id)` once in the process gro
 `("done", index, value)` (value: rank 0's return value, None on the other ranks) or `("error", index,
 message)`. After an error the rank leaves: the process group may hold half a collective, so the parent
 starts a new pool rather than reuse it. The rank dumps its Python stacks to `dump_path` on SIGUSR1
-(bench.launch.stuck) and dies with its parent (PR_SET_PDEATHSIG on Linux), so that a killed `bench run`
-leaves no ranks behind.
+(bench.launch.stuck). It dies with the server it was forked from, which dies with the launcher
+(bench.launch.lifeline, armed right after the fork), so that a killed `bench run` leaves no ranks behind;
+where that cannot be armed (not Linux), it leaves when its pipe to the launcher closes.
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import faulthandler
 import gc
@@ -28,11 +28,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bench.launch.local import LOOPBACK, is_peer_error
 from bench.launch.stuck import DUMP_SIGNAL
-from gdn_cp.distributed.launch import LOOPBACK, init_rank_group, is_peer_error, teardown_process_group
 from gdn_cp.distributed.platform import resolve_platform
-
-PR_SET_PDEATHSIG = 1
+from gdn_cp.distributed.process_group import init_rank_group, teardown_process_group
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +41,7 @@ class RankSetup:
     rank: int
     world_size: int
     store_port: int
-    """The parent's TCPStore on 127.0.0.1 (gdn_cp.distributed.launch.loopback_store)."""
+    """The parent's TCPStore on 127.0.0.1 (bench.launch.local.loopback_store)."""
     prefix: str
     """This pool's key prefix in the store."""
     device: str
@@ -58,21 +57,12 @@ class RankSetup:
     """Where faulthandler writes this rank's stacks on SIGUSR1."""
 
 
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the rank leaves when its pipe closes instead
-        pass
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
 def rank_main(setup: RankSetup, conn: Connection) -> None:
     """The entry point of a pool rank (a new process, bench.launch.pool)."""
-    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent too, which ends the pool
     # kept open for the process's lifetime: faulthandler writes to it from its signal handler
     dump = open(setup.dump_path, "w")  # noqa: SIM115

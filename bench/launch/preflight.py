@@ -1,13 +1,12 @@
 """The checks of a command's cases against this host, before any rank starts: shapes the mode cannot split
 (gdn_cp.distributed.check_cp_shapes, in the case's layout), document boundaries the layer would refuse
 (gdn_cp.ops.document_bounds on the case's cu_seqlens), fp64 on an NPU (no fp64 matmul on Ascend), more
-local ranks than the host can run, and a rough
-memory estimate above what is available (bench.launch.estimate; when chunk_size exceeds the shard, it is
-named as the cause: the chunked op pads the shard to whole chunks, each with C x C matrices), a backend that
-cannot run the case here (device, dtype, chunk size, head dim, its package missing) or, for a command that
-times, would run interpreted. Each error
-names the scenario file, line and fix, through the Locator the scenario was read with (the file is not
-read again)."""
+local ranks than the host can run, and a rough memory estimate above what is available
+(bench.launch.estimate; when chunk_size exceeds the shard, it is named as the cause: the chunked op pads the
+shard to whole chunks, each with C x C matrices), a backend that cannot run the case here (device, dtype,
+chunk size, head dim, its package missing: found on the path, never imported, since this process holds no
+device context) or, for a command that times, would run interpreted. Each error names the scenario file,
+line and fix, through the Locator the scenario was read with (the file is not read again)."""
 
 from __future__ import annotations
 
@@ -44,10 +43,11 @@ def check_cases(
         _check_dtype(locate, case, platform)
     memory = available_memory(platform, local_rank) if platform is not None else None
     for case in cases:
+        # what the host can run first: a fix for the shapes (another cp, another mode) must be runnable here
+        _check_ranks(locate, case, max_local_ranks)
         _check_shapes(locate, case, length_key)
         _check_documents(locate, case)
         _check_backend(locate, case, platform, timed)
-        _check_ranks(locate, case, max_local_ranks)
         if memory is not None:
             _check_memory(locate, case, memory.for_ranks(ranks_on_host(case)), length_key)
 
@@ -83,7 +83,8 @@ def _check_ranks(locate: Locator, case: Case, max_local_ranks: int | None) -> No
             ("cp",),
             "cp",
             f"case {case.case_id} needs {case.cp} ranks on this host, more than the {max_local_ranks} it "
-            "can run usefully; use a smaller cp, or launch across hosts with torchrun (see the README)",
+            f"can run usefully; use a cp of at most {max_local_ranks}, or launch across hosts with torchrun "
+            "(docs/clusters.md)",
         )
 
 
@@ -120,8 +121,10 @@ def _check_memory(locate: Locator, case: Case, share: tuple[int | None, int], le
 
 def _check_backend(locate: Locator, case: Case, platform: Platform | None, timed: bool) -> None:
     """The case's backend supports it (gdn_cp.ops.backends.Backend.check), and where it runs here (a
-    platform given; `bench list` gives none) its package imports and, for a timed command, its kernels would
-    not run in an interpreter."""
+    platform given; `bench list` gives none) its modules are installed and, for a timed command, its kernels
+    would not run in an interpreter. The modules are found, never imported (Backend.unavailable): importing
+    a kernel package may query the device, and this process (the launcher) must hold no device context;
+    the ranks import it."""
     backend = get_backend(case.backend)
     config = case.layer
     try:
@@ -131,8 +134,9 @@ def _check_backend(locate: Locator, case: Case, platform: Platform | None, timed
             chunk_size=config.chunk_size,
             head_k_dim=config.head_k_dim,
         )
-        if platform is not None:
-            backend.op()
+        missing = None if platform is None else backend.unavailable()
+        if missing is not None:
+            raise ImportError(missing)
     except (ValueError, ImportError) as exc:
         raise locate.error(
             ("backend",),

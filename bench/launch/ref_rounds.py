@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from bench.console import CaseProgress
 from bench.errors import first_line
+from bench.formats import format_time
 from bench.judge.comparison import JUDGED_VERDICTS, Comparison, compare_runs, look_rounds, sequential_alpha
 from bench.launch import interleave
 from bench.launch.gitrefs import FileSide, RefSide, Side, repo_root, worktree
@@ -37,9 +38,8 @@ from bench.launch.launcher import sigterm_as_interrupt
 from bench.launch.paired import PairedSession
 from bench.launch.schedule import Slot, slots_left
 from bench.measure.statistics import rounds_to_decide
-from bench.render.formats import format_time
-from bench.results.paths import free_path
-from bench.results.store import CaseResult, RunResult, load_result, result_filename
+from bench.results.paths import free_path, result_filename
+from bench.results.store import CaseResult, RunResult, load_result
 from bench.suite.loader import Suite, display
 from bench.suite.selection import Selection
 

@@ -5,8 +5,9 @@ schedule seed and the round's index (random.Random(f"{seed}:{round}"), recorded 
 RunResult.schedule_seed, each round's place as RoundResult.position), so drift on the machine (another job,
 thermal throttling) spreads over all cases instead of landing on the ones that happen to come last, and a
 run can be replayed. The cases of one CP degree run in one pool (bench.launch.pool), so a round is one batch
-per degree, in the order the shuffle first reaches each degree; the batches' pools are separate lifetimes,
-and so are a case's rounds. Pure.
+per degree, in the order the shuffle first reaches each degree (round 0 runs its cp 1 batch first, so that
+every case's correctness gate finds its single-rank twin measured: bench.measure.gate); the batches' pools
+are separate lifetimes, and so are a case's rounds. Pure.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def round_batches(
     by_cp: dict[int, list[Slot]] = {}
     for position, case in enumerate(due):
         by_cp.setdefault(case.cp, []).append(Slot(case=case, round=index, position=position))
-    return [Batch(round=index, cp=cp, slots=slots) for cp, slots in by_cp.items()]
+    batches = [Batch(round=index, cp=cp, slots=slots) for cp, slots in by_cp.items()]
+    if index == 0:  # single-rank cases first: the gate's references (bench.measure.gate) exist for the rest
+        batches.sort(key=lambda b: b.cp != 1)
+    return batches
 
 
 PASS_WORK = {"forward": 1.0, "forward_backward": 3.0, "prefill": 1.0}

@@ -9,12 +9,15 @@ only the rounds they lack; its failed cases start again.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from bench.launch.launcher import Outcome
 from bench.launch.schedule import Slot, round_batches, rounds_wanted
 from bench.measure.contention import Contention, Window, probe, with_earlier
+from bench.measure.gate import fingerprint_difference
+from bench.measure.rank import CaseRound, RankMemory, RankResults
 from bench.measure.statistics import estimate
 from bench.measure.timing import summarize
 from bench.results.store import (
@@ -29,7 +32,7 @@ from bench.suite.config import Case
 
 
 class CaseRunner(Protocol):
-    def run(self, case: Case) -> Outcome: ...
+    def run(self, case: Case | CaseRound) -> Outcome: ...
 
 
 class Launcher(Protocol):
@@ -39,10 +42,12 @@ class Launcher(Protocol):
 
 
 def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, position: int) -> CaseResult:
-    """The case's record after one more round: its samples appended, estimate and summaries recomputed;
-    or the failure (earlier rounds kept for the record, no timing)."""
-    rounds = list(previous.rounds) if previous is not None and previous.status == "ok" else []
-    wall = (previous.wall_s if previous is not None and previous.status == "ok" else 0.0) + outcome.wall_s
+    """The case's record after one more round: its samples appended, estimate and summaries recomputed (the
+    memory, what ran and the gate's checks are the first round's of a run: kept from `previous` where this
+    round has none); or the failure (earlier rounds kept for the record, no timing)."""
+    ok_before = previous is not None and previous.status == "ok"
+    rounds = list(previous.rounds) if ok_before else []
+    wall = (previous.wall_s if ok_before else 0.0) + outcome.wall_s
     if outcome.status != "ok" or outcome.results is None:
         return CaseResult(case=case, status=outcome.status, error=outcome.error, rounds=rounds, wall_s=wall)
     r = outcome.results
@@ -53,6 +58,7 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
             wall_s=outcome.wall_s,
             position=position,
             lifetime=outcome.lifetime,
+            first_use_s=r.first_use_s,
         )
     )
     used = clean_rounds(rounds)
@@ -62,32 +68,88 @@ def with_round(previous: CaseResult | None, case: Case, outcome: Outcome, positi
         key=lambda c: (c.contended, c.foreign or 0.0, c.steal or 0.0),
         default=None,
     )
+    kept = previous if ok_before else None
     return CaseResult(
         case=case,
         status="ok",
         rounds=rounds,
         estimate=estimate([rd.median_s for rd in used]),
         timing=summarize(pooled),
-        memory=MemoryResult(
-            peak_bytes=max(r.peak_bytes),
-            per_rank_bytes=r.peak_bytes,
-            baseline_bytes=r.baseline_bytes,
-            meter=r.meter,
-            device_used_bytes=r.device_used_bytes,
-            device_used_before_bytes=r.device_used_before_bytes,
-            reserved_peak_bytes=r.reserved_peak_bytes,
-        ),
+        memory=_memory(r.memory) if r.memory is not None else (kept.memory if kept else None),
         threads_per_rank=r.threads,
-        throughput=ThroughputResult(
-            model_flops=case.layer.flops(
-                batch=case.batch, seq_len=case.seq_len, backward=case.pass_ == "forward_backward"
-            ),
-            matmul_gflops=min(r.matmul_gflops),
-            matmul_dtype=r.matmul_dtype,
-        ),
+        throughput=_throughput(case, r) or (kept.throughput if kept else None),
         contention=worst,
         wall_s=wall,
+        ran=r.ran if r.ran is not None else (kept.ran if kept else None),
+        check=r.check if r.check is not None else (kept.check if kept else None),
     )
+
+
+def _memory(m: RankMemory) -> MemoryResult:
+    return MemoryResult(
+        peak_bytes=max(m.peak_bytes),
+        per_rank_bytes=m.peak_bytes,
+        baseline_bytes=m.baseline_bytes,
+        meter=m.meter,
+        device_used_bytes=m.device_used_bytes,
+        device_used_before_bytes=m.device_used_before_bytes,
+        reserved_peak_bytes=m.reserved_peak_bytes,
+    )
+
+
+def _throughput(case: Case, r: RankResults) -> ThroughputResult | None:
+    """The case's model FLOPs against the slowest rank's matmul reading; None where a rank has none (its
+    calibration did not fit in the device's free memory)."""
+    if any(g is None for g in r.matmul_gflops):
+        return None
+    return ThroughputResult(
+        model_flops=case.layer.flops(
+            batch=case.batch, seq_len=case.seq_len, backward=case.pass_ == "forward_backward"
+        ),
+        matmul_gflops=min(r.matmul_gflops),
+        matmul_dtype=r.matmul_dtype,
+    )
+
+
+def twin_key(case: Case) -> tuple:
+    """What a case computes, whatever its CP: cases with equal twin keys compute the same outputs, so that
+    one at cp 1 is the reference of the others (the gate's fingerprints)."""
+    return (
+        repr(case.layer),
+        case.seq_len,
+        case.batch,
+        case.seed,
+        case.pass_,
+        repr(case.documents),
+        case.precision,
+    )
+
+
+def against_twin(result: CaseResult, twins: Mapping[tuple, CaseResult]) -> CaseResult:
+    """`result` checked against the run's cp 1 case computing the same (`twin_key`), where there is one with
+    fingerprints: failed, with one line, when their fingerprints differ beyond the gate's bar; the twin's id
+    and the distance recorded in its check otherwise."""
+    twin = twins.get(twin_key(result.case))
+    check = result.check
+    if result.status != "ok" or check is None or check.reference is not None or twin is None:
+        return result
+    if twin.key == result.key or twin.check is None:
+        return result
+    found = fingerprint_difference(check.fingerprints, twin.check.fingerprints)
+    if found is None:
+        return result
+    name, rel = found
+    if rel > check.bar:
+        what = {"o": "o", "input_grad": "the input gradient", "state": "the final state"}[name]
+        error = (
+            f"outputs differ from the same case at cp 1 ({twin.case.case_id}): rel-L2 {rel:.1e} on {what} "
+            f"(bar {check.bar:.0e}); its timings are not kept"
+        )
+        return CaseResult(
+            case=result.case, status="failed", error=error, wall_s=result.wall_s, ran=result.ran
+        )
+    checked = dataclasses.replace(check, reference=twin.case.case_id, reference_rel_l2=rel)
+    return dataclasses.replace(result, check=checked)
 
 
 RECENT = 64
@@ -157,19 +219,45 @@ def run_rounds(
     done = {key: len(r.rounds) for key, r in latest.items()}
     ended: set[str] = set()
     slots = round_slots(cases, launcher, done=done, ended=ended, seed=seed, stop_after=stop_after)
+    measured: set[str] = set()  # cases with a round in this run: the gate's checks ran in their first
     with contextlib.closing(slots):
         for slot, runner in slots:
             on_start(slot)
             key = slot.case.key()
-            outcome = runner.run(slot.case)
+            outcome = runner.run(CaseRound(slot.case, first_round=key not in measured))
+            measured.add(key)
             judge_with_earlier(outcome, recent)
             result = with_round(latest.get(key), slot.case, outcome, slot.position)
-            latest[key] = result
-            if result.status == "ok":
-                done[key] = len(result.rounds)
-            else:
-                ended.add(key)
-            if writer is not None:
-                writer.add(result)
-            on_done(slot, result)
+            for checked in _gated(result, latest):
+                latest[checked.key] = checked
+                if checked.status == "ok":
+                    done[checked.key] = len(checked.rounds)
+                else:
+                    ended.add(checked.key)
+                if writer is not None:
+                    writer.add(checked)
+            on_done(slot, latest[key])
     return [latest[c.key()] for c in cases if c.key() in latest]
+
+
+def _gated(result: CaseResult, latest: Mapping[str, CaseResult]) -> list[CaseResult]:
+    """`result` checked against its cp 1 twin (`against_twin`), first; and where it is a cp 1 case, the
+    results of `latest` it is the twin of and that were measured before it, checked against it now."""
+    out = [against_twin(result, _twins(latest.values(), result))]
+    if result.case.cp == 1 and out[0].check is not None:
+        mine = {twin_key(result.case): out[0]}
+        for other in latest.values():
+            if other.key != result.key and twin_key(other.case) in mine:
+                checked = against_twin(other, mine)
+                if checked is not other:
+                    out.append(checked)
+    return out
+
+
+def _twins(results: Iterable[CaseResult], *more: CaseResult) -> dict[tuple, CaseResult]:
+    """The ok cp 1 cases with the gate's fingerprints, by twin_key."""
+    return {
+        twin_key(r.case): r
+        for r in (*results, *more)
+        if r.status == "ok" and r.case.cp == 1 and r.check is not None
+    }

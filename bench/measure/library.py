@@ -7,12 +7,18 @@ state, the clock) is in both and cancels in the ratio. For that one process hold
 got, and puts back whatever `gdn_cp` modules were loaded before, so that neither copy sees the other's.
 A copy's functions keep their own module globals, and gdn_cp imports only at module level, so each copy
 keeps calling its own code afterwards. What the measurement harness itself uses (platform, sequence
-sharding, process groups: torch's global state) stays this checkout's. A copy's registration of a name in
-torch's process-wide registries (gdn_cp.distributed.launch registers its rendezvous backend) is skipped
-while it imports: the process keeps this checkout's, and a copy only builds layers.
+sharding, process groups: torch's global state) stays this checkout's. Today's gdn_cp registers nothing
+in torch's process-wide registries (the launcher and its rendezvous backend are bench's, bench.launch.local),
+but a ref from before that move registers its own rendezvous backend as it imports (its
+gdn_cp.distributed.launch), under one name for every such ref: with two of them paired, the second's
+registration is skipped (`_registrations_skipped`), and a copy only builds layers anyway.
 
 A library is used through three names, the surface the harness builds a case with: GatedDeltaNetConfig,
-seeded_layer and LinearAttentionContextParallel. A ref without them cannot be paired (LibraryError).
+seeded_layer and LinearAttentionContextParallel. A ref without them cannot be paired (LibraryError). A case
+may set what an older ref does not take (a backend, overlap, a layout): `Library.unsupported` names those
+fields, and the case is then not comparable for that ref (never run with the field silently dropped, which
+would time the ref's own default under the case's name). A ref whose gdn_cp records what ran
+(gdn_cp.ops.ran) is recorded through its own module (`Library.recording`): each copy has its own.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
 
 import gdn_cp
 from gdn_cp import layers as this_layers
+from gdn_cp.ops import ran as this_ran
+from gdn_cp.ops.backends import DEFAULT_BACKEND
 
 PACKAGE = "gdn_cp"
 
@@ -51,16 +59,57 @@ class Library:
     """Its seeded_layer(config, seed, device)."""
     context_parallel: type
     """Its LinearAttentionContextParallel (the ParallelStyle)."""
+    options_type: type | None = None
+    """Its CPOptions, where it has one (the style's fields otherwise)."""
+    ran: Any = None
+    """Its gdn_cp.ops.ran module, where it records what ran; None: an older gdn_cp that does not."""
+
+    def option_fields(self) -> set[str]:
+        """The CP options it takes: its CPOptions' fields, or its style's; the backend also where only its
+        layer config has one (the case's backend reaches the layer through the config)."""
+        declared = self.options_type or self.context_parallel
+        taken = {f.name for f in dataclasses.fields(declared)} - {"src_data_rank"}
+        return taken | ({"backend"} & _field_names(self.config_type))
+
+    def unsupported(self, case: Any) -> list[str]:
+        """The fields `case` sets (a value other than this checkout's default) that this library does not
+        take, each as "name value": every one a reason the case cannot run on it as named."""
+        lacking = _set_fields(case.layer, _field_names(self.config_type))
+        lacking += _set_fields(_plain(case.options), self.option_fields())
+        return list(dict.fromkeys(f"{name} {value!r}" for name, value in lacking))  # a backend is in both
 
     def config(self, config: Any) -> Any:
-        """`config` (this checkout's GatedDeltaNetConfig) as this library's: the fields both declare (a
-        field only this library has keeps its default)."""
+        """`config` (this checkout's GatedDeltaNetConfig) as this library's: the fields both declare.
+        LibraryError where `config` sets one this library lacks (`unsupported` is checked before any rank
+        starts; this is the last guard)."""
         if isinstance(config, self.config_type):
             return config
-        names = {f.name for f in dataclasses.fields(self.config_type)}
+        names = _field_names(self.config_type)
+        self._refuse(_set_fields(config, names))
         return self.config_type(
             **{f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name in names}
         )
+
+    def style(self, options: Any) -> Any:
+        """Its LinearAttentionContextParallel with `options` (this checkout's CPOptions), given the fields
+        its style takes; LibraryError where `options` sets one this library lacks."""
+        if self.root is None:
+            return self.context_parallel(options)
+        self._refuse(_set_fields(_plain(options), self.option_fields()))
+        takes = _field_names(self.options_type or self.context_parallel)
+        return self.context_parallel(
+            **{f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.name in takes}
+        )
+
+    def _refuse(self, lacking: list[tuple[str, Any]]) -> None:
+        if lacking:
+            named = ", ".join(f"{name} {value!r}" for name, value in lacking)
+            raise LibraryError(f"{self.root}: its gdn_cp has no {named} (the case sets it)")
+
+    def recording(self) -> contextlib.AbstractContextManager[Any]:
+        """Record what the block runs with this copy's gdn_cp.ops.ran (its Recording), or yield None where
+        the copy records nothing."""
+        return contextlib.nullcontext(None) if self.ran is None else self.ran.recording()
 
 
 THIS = Library(
@@ -68,6 +117,8 @@ THIS = Library(
     config_type=gdn_cp.GatedDeltaNetConfig,
     seeded_layer=this_layers.seeded_layer,
     context_parallel=gdn_cp.LinearAttentionContextParallel,
+    options_type=gdn_cp.CPOptions,
+    ran=this_ran,
 )
 """This checkout's gdn_cp (what `bench run` measures)."""
 
@@ -79,7 +130,7 @@ def _package_modules() -> dict[str, Any]:
 @contextlib.contextmanager
 def _registrations_skipped() -> Iterator[None]:
     """In the block, registering a rendezvous backend whose name is taken does nothing (it raises otherwise:
-    another copy's module registers the same name with its own function)."""
+    two refs older than bench.launch.local register the same name, each with its own function)."""
     original = rendezvous_handler_registry.register
 
     def register(backend: str, creator: Callable[..., Any]) -> None:
@@ -108,6 +159,7 @@ def load_library(root: str) -> Library:
         with _registrations_skipped():
             package = importlib.import_module(PACKAGE)
             layers = importlib.import_module(f"{PACKAGE}.layers")
+            ran = _optional_module(f"{PACKAGE}.ops.ran")
     except Exception as exc:
         raise LibraryError(f"{root}: importing its {PACKAGE} failed ({type(exc).__name__}: {exc})") from exc
     finally:
@@ -123,9 +175,38 @@ def load_library(root: str) -> Library:
             config_type=package.GatedDeltaNetConfig,
             seeded_layer=layers.seeded_layer,
             context_parallel=package.LinearAttentionContextParallel,
+            options_type=getattr(package, "CPOptions", None),
+            ran=ran,
         )
     except AttributeError as exc:
         raise LibraryError(
             f"{root}: its {PACKAGE} has no {exc.name} (the harness builds a case with GatedDeltaNetConfig, "
             "seeded_layer and LinearAttentionContextParallel)"
         ) from None
+
+
+def _optional_module(name: str) -> Any:
+    """The module `name` of the copy being imported, or None where that copy has none."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        return None
+
+
+def _field_names(record: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(record)}
+
+
+def _set_fields(record: Any, taken: set[str]) -> list[tuple[str, Any]]:
+    """(name, value) of `record`'s fields outside `taken` whose value is not the field's default."""
+    return [
+        (f.name, getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if f.name not in taken and getattr(record, f.name) != f.default
+    ]
+
+
+def _plain(options: Any) -> Any:
+    """`options` with the default backend spelled as the record's default (None): a ref without backends
+    runs this package's op, which is what backend gdn_cp asks for."""
+    return dataclasses.replace(options, backend=None) if options.backend == DEFAULT_BACKEND else options

@@ -45,21 +45,47 @@ def matmul_dtype_name(dtype: torch.dtype, device: torch.device) -> str:
 
 
 def matmul_gflops(
-    m: int, n: int, p: int, *, dtype: torch.dtype, device: torch.device, platform: Platform
+    m: int,
+    n: int,
+    p: int,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    platform: Platform,
+    max_bytes: int | None = None,
 ) -> float:
     """GFLOP/s of a batch of [m, n] @ [n, p] products on `device`, best of REPEATS; measured at the first
-    call for its arguments in this process, the same reading after."""
+    call for its arguments in this process, the same reading after. `max_bytes`: the most its three buffers
+    may take (a batch that fills the device would out-of-memory at long prefill; fewer products a call
+    then, still timed on the device's clock)."""
     key = (m, n, p, dtype, device, matmul_dtype_name(dtype, device))
     if key not in _readings:
-        _readings[key] = _calibrate(m, n, p, dtype=dtype, device=device, platform=platform)
+        _readings[key] = _calibrate(
+            m, n, p, dtype=dtype, device=device, platform=platform, max_bytes=max_bytes
+        )
     return _readings[key]
 
 
+def calibration_batch(m: int, n: int, p: int, *, kind: str, itemsize: int, max_bytes: int | None) -> int:
+    """Products per call: FLOPS_PER_CALL's worth, at most what fits in `max_bytes` (at least one)."""
+    batch = max(1, FLOPS_PER_CALL[kind] // (2 * m * n * p))
+    if max_bytes is not None:
+        batch = min(batch, max(1, max_bytes // (itemsize * (m * n + n * p + m * p))))
+    return batch
+
+
 def _calibrate(
-    m: int, n: int, p: int, *, dtype: torch.dtype, device: torch.device, platform: Platform
+    m: int,
+    n: int,
+    p: int,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    platform: Platform,
+    max_bytes: int | None = None,
 ) -> float:
     kind = "cpu" if device.type == "cpu" else "accelerator"
-    batch = max(1, FLOPS_PER_CALL[kind] // (2 * m * n * p))
+    batch = calibration_batch(m, n, p, kind=kind, itemsize=dtype.itemsize, max_bytes=max_bytes)
     a = torch.randn(batch, m, n, dtype=dtype, device=device)
     b = torch.randn(batch, n, p, dtype=dtype, device=device)
     a @ b  # warmup

@@ -18,14 +18,9 @@ import torch
 import torch.distributed as dist
 
 from bench.launch.launcher import torchrun_env
+from bench.launch.local import run_on_ranks
 from bench.model.links import LINK_KINDS, Interconnect, fit_link
-from gdn_cp.distributed import (
-    init_rank_group,
-    local_rank,
-    resolve_platform,
-    run_on_ranks,
-    teardown_process_group,
-)
+from gdn_cp.distributed import init_rank_group, local_rank, resolve_platform, teardown_process_group
 from gdn_cp.distributed.collectives import all_gather_single
 from gdn_cp.distributed.comm_stats import ALL_GATHER, ALL_TO_ALL, P2P
 

@@ -115,7 +115,8 @@ def profile_on_rank(
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     platform = resolve_platform(device_kind)
     rank, cp = group_rank_size(group)
-    step, clear_grads, live = build_pass(case, platform, group)
+    built = build_pass(case, platform, group)
+    step, clear_grads, live = built.step, built.clear_grads, built.live
 
     def one_pass() -> None:
         dist.barrier(group)

@@ -11,12 +11,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.console import print_warning
+from bench.formats import format_time
 from bench.judge.analysis import source_label
-from bench.judge.comparison import JUDGED_VERDICTS, CaseComparison, Comparison, Verdict
+from bench.judge.comparison import JUDGED_VERDICTS, CaseComparison, Comparison, Verdict, not_comparable_note
 from bench.launch.gitrefs import RefSide, Side
 from bench.render.document import Table as DocTable
 from bench.render.document import markdown_table, markdown_text
-from bench.render.formats import format_time
 from bench.render.tables import TableData, print_tables
 from bench.results.export import measure_cells
 from bench.results.store import RunResult
@@ -97,13 +97,13 @@ MAX_LISTED = 8
 def _notes(comparison: Comparison, single: bool) -> list[str]:
     """Why cases were not comparable or not compared, and when no verdict was possible."""
     notes = []
-    reasons: dict[str, int] = {}
-    for c in comparison.cases:
-        if c.not_comparable:
-            reasons[c.not_comparable] = reasons.get(c.not_comparable, 0) + 1
-    for reason, n in reasons.items():
-        forced = "compared anyway (--force)" if any(c.forced for c in comparison.cases) else "not comparable"
-        notes.append(f"{forced}, {n} case{'s' * (n != 1)}: {reason}")
+    forced = any(c.forced for c in comparison.cases)
+    for reason, n in comparison.not_comparable_reasons().items():
+        notes.append(
+            f"compared anyway (--force), {n} case{'s' * (n != 1)}: {reason}"
+            if forced
+            else not_comparable_note(reason, n)
+        )
     by_reason: dict[str, list[str]] = {}
     for n in comparison.not_compared:
         by_reason.setdefault(n.reason, []).append(_case_name(n.key, single))

@@ -1,8 +1,10 @@
-"""A small document model (sections of paragraphs, tables and charts) and its markdown and HTML renderers.
+"""A small document model (sections of paragraphs, tables, charts and folded blocks) and its markdown and
+HTML renderers.
 
 Report sections are built once, as data, and rendered twice: markdown (a README, a PR comment; charts as
-links to PNG files) and HTML (one self-contained file: charts embedded as base64 PNG data URIs, the
-stylesheet inline, no other file and no network needed). Text is plain text: the renderers escape it.
+links to PNG files; a folded block as <details>, which GitHub renders folded) and HTML (one self-contained
+file: charts embedded as base64 PNG data URIs, the stylesheet inline, no other file and no network needed).
+Text is plain text: the renderers escape it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import TYPE_CHECKING, Literal
 
 from bench.render.tables import TableData
 
-if TYPE_CHECKING:  # bench.render.plots imports matplotlib: only load it when a chart is drawn
-    from bench.render.plots import Chart
+if TYPE_CHECKING:  # bench.render.charts imports matplotlib: only load it when a chart is drawn
+    from bench.render.charts.chart import Chart
 
 Align = Literal["left", "right"]
 
@@ -59,7 +61,17 @@ class Links:
     """(text, href)."""
 
 
-Block = Paragraph | Table | Image | Links
+@dataclass(kw_only=True, slots=True)
+class Folded:
+    """Blocks folded under a one-line summary that says what they hold and why (HTML's <details>, which
+    markdown on GitHub renders too): the long tables a reader opens only when the line asks for it."""
+
+    summary: str
+    """Plain text, shown whether folded or not."""
+    blocks: list[Block]
+
+
+Block = Paragraph | Table | Image | Links | Folded
 
 
 @dataclass(kw_only=True, slots=True)
@@ -120,6 +132,10 @@ def _md_block(block: Block, charts: MarkdownCharts | None) -> str:
         return markdown_table(block)
     if isinstance(block, Links):
         return "\n".join(f"- [{markdown_text(text)}]({href})" for text, href in block.items)
+    if isinstance(block, Folded):
+        # the element GitHub renders folded; the blank lines keep the markdown inside it markdown
+        inner = "\n\n".join(_md_block(b, charts) for b in block.blocks)
+        return f"<details><summary>{_html_text(block.summary)}</summary>\n\n{inner}\n\n</details>"
     if charts is None:
         raise ValueError(f"chart {block.chart.name} in a markdown document without a chart folder")
     png, _svg = block.chart.save(charts.folder)
@@ -165,6 +181,8 @@ figure { margin: 1em 0 2em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 12px; color: #666; }
 code { background: #f3f3f3; padding: 0 .25em; border-radius: 3px; }
+details { margin: .6em 0 1.2em; }
+summary { cursor: pointer; }
 """
 
 
@@ -204,6 +222,9 @@ def _html_block(block: Block) -> str:
             for text, href in block.items
         )
         return f"<ul>{items}</ul>"
+    if isinstance(block, Folded):
+        inner = "\n".join(_html_block(b) for b in block.blocks)
+        return f"<details><summary>{_html_text(block.summary)}</summary>\n{inner}\n</details>"
     data = base64.b64encode(block.chart.png_bytes()).decode("ascii")
     caption = f"<figcaption>{_html_text(block.caption)}</figcaption>" if block.caption else ""
     alt = html.escape(block.chart.title, quote=True)

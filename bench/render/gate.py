@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.errors import first_line
+from bench.formats import format_time
 from bench.judge.gate import FAILING_VERDICTS, PASSING_VERDICTS, GateResult, check_state
-from bench.render.formats import format_time
 from bench.render.tables import TableData
 
 

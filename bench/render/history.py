@@ -14,22 +14,15 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
-from bench.judge.history import CaseHistory, History, change_text
-from bench.measure.memory import MEMORY_RESOLUTION_MIB
+from bench.formats import format_time
+from bench.judge.history import CaseHistory, History, break_notes, change_text
+from bench.render.charts.history import history_chart
 from bench.render.document import Image, Links, Paragraph, Section, Table, render_html
-from bench.render.formats import format_time
-from bench.render.plots import Chart
 
-CHART_DPI = 80
-"""Lower than the report's: a page holds a chart per case (about 40 KB each at this resolution)."""
-COLOURS = {"worse": "#c62828", "better": "#2e7d32"}
-"""A step up in time (a regression) and a step down."""
 METHOD_NOTE = (
     "A change point is where a case's time steps: binary segmentation, each split judged as `bench compare` "
     "judges two refs (the whole 95% interval of after / before past the factor, Bonferroni over the splits "
-    "looked at); each run weighs by its rounds' spread plus the drift between runs (bench/results/"
+    "looked at); each run weighs by its rounds' spread plus the drift between runs (bench/judge/"
     "changepoints.py). Memory: a step of more than 0.5 MiB and 1% between adjacent runs."
 )
 
@@ -38,63 +31,6 @@ def page_name(history: History) -> str:
     """The scenario page's file name: `cpu-history--amd-epyc-7b13-2-cores-cpu.html`."""
     machine = re.sub(r"[^a-z0-9]+", "-", history.machine.lower()).strip("-")
     return f"{history.scenario}--{machine}.html"
-
-
-def _chart(history: History, case: CaseHistory) -> Chart:
-    """Time (estimate and interval, ms) and peak memory (MiB) against commit order, steps marked."""
-    fig = Figure(figsize=(9.5, 4.6), layout="constrained", dpi=CHART_DPI)
-    ax_t, ax_m = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
-    xs = list(range(len(history.runs)))
-    xs_ok, times, down, up, memory = [], [], [], [], []
-    for i, result in enumerate(case.results):
-        if result is None or result.estimate is None:
-            continue
-        est = result.estimate
-        xs_ok.append(i)
-        times.append(est.median_s * 1e3)
-        down.append((est.median_s - (est.low_s or est.median_s)) * 1e3)
-        up.append(((est.high_s or est.median_s) - est.median_s) * 1e3)
-        if result.memory is not None:
-            memory.append((i, result.memory.peak_mib))
-    ax_t.errorbar(xs_ok, times, yerr=[down, up], fmt="o-", capsize=3, color="#1565c0", lw=1)
-    shared = [(x, t) for x, t in zip(xs_ok, times, strict=True) if case.contended(x)]
-    if shared:  # a contended run's point is hollow and ringed: its time is not the code's alone
-        ax_t.plot(
-            *zip(*shared, strict=True), "o", ms=11, mfc="none", mec="#ef6c00", mew=1.5, label="contended"
-        )
-        ax_t.legend(loc="lower left", fontsize=7)
-    ax_m.plot([i for i, _ in memory], [m for _, m in memory], "s-", color="#6a1b9a", lw=1, ms=4)
-    for i, run in enumerate(history.runs):
-        if run.run is None:  # the commit's bench could not run
-            for ax in (ax_t, ax_m):
-                ax.axvspan(i - 0.4, i + 0.4, color="#bbbbbb", alpha=0.4, lw=0)
-    for change in case.changes:
-        for ax in (ax_t, ax_m):
-            ax.axvline(change.index - 0.5, color=COLOURS[change.verdict], ls="--", lw=1.2)
-        ax_t.annotate(
-            f"{change.ratio.ratio:.2f}x {change.effect}",
-            (change.index - 0.5, 1.0),
-            xycoords=("data", "axes fraction"),
-            xytext=(3, -12),
-            textcoords="offset points",
-            color=COLOURS[change.verdict],
-            fontsize=8,
-        )
-    ax_t.set_ylim(bottom=0)
-    if memory:  # a flat line stays flat: the axis spans at least the meter's resolution either side
-        peaks = [m for _, m in memory]
-        middle = (max(peaks) + min(peaks)) / 2
-        half = max((max(peaks) - min(peaks)) / 2 * 1.2, MEMORY_RESOLUTION_MIB)
-        ax_m.set_ylim(middle - half, middle + half)
-    ax_t.set_ylabel("time (ms)")
-    ax_m.set_ylabel("peak MiB")
-    ax_m.set_xticks(xs, [r.commit.short for r in history.runs], rotation=60, fontsize=7, ha="right")
-    ax_m.set_xlabel("commit (oldest first; grey: its bench could not run)")
-    for ax in (ax_t, ax_m):
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(f"{case.key} · {history.machine}", fontsize=10)
-    title = f"{case.key}: time and peak memory by commit"
-    return Chart(name=case.key.replace("/", "--"), title=title, figure=fig, dpi=CHART_DPI)
 
 
 def _runs_table(history: History, case: CaseHistory) -> Table:
@@ -161,9 +97,11 @@ def _changes_table(history: History) -> Table:
 
 
 def _contention(history: History) -> list[Paragraph]:
-    """The history's contention line, for the top of each page that shows it (none when no run was)."""
+    """The history's contention line and its breaks (runs not comparable, `bench history --force` looks
+    across them), for the top of each page that shows it (none when no run was)."""
     shared = history.contention_summary()
-    return [] if shared is None else [Paragraph(text=f"CONTENDED: {shared}")]
+    breaks = [Paragraph(text=line) for line in break_notes(history)]
+    return breaks + ([] if shared is None else [Paragraph(text=f"CONTENDED: {shared}")])
 
 
 def scenario_page(history: History) -> str:
@@ -179,7 +117,7 @@ def scenario_page(history: History) -> str:
         )
     ]
     for case in sorted(history.cases, key=_latest):
-        blocks = [Image(chart=_chart(history, case)), _runs_table(history, case)]
+        blocks = [Image(chart=history_chart(history, case)), _runs_table(history, case)]
         if case.memory_steps:
             steps = ", ".join(
                 f"{history.runs[s.index].commit.short}: {s.before_mib:.1f} -> {s.after_mib:.1f} MiB"

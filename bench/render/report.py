@@ -12,19 +12,14 @@ to say, the section is left out), so adding a section is one line: append its bu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.errors import first_line
-from bench.judge import analysis
-from bench.judge.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
-from bench.judge.comparison import comparability, compare_runs
-from bench.judge.gate import gate
-from bench.judge.reference import not_measured, reference_tables, scenario_order
-from bench.measure.statistics import RatioInterval, format_ratio, ratio_interval
-from bench.render.document import Image, Paragraph, Section, Table, document_blocks
-from bench.render.formats import (
+from bench.formats import (
     TIME_NOTE,
     contended_cases,
     contention_label,
@@ -35,8 +30,15 @@ from bench.render.formats import (
     incomplete_summary,
     mostly_contended,
 )
+from bench.judge import analysis
+from bench.judge.analysis import PASS_LABELS, AblationRow, ScalingPoint, source_label
+from bench.judge.comparison import CaseComparison, comparability, compare_runs, not_comparable_note
+from bench.judge.gate import gate
+from bench.judge.reference import not_measured, reference_tables, scenario_order
+from bench.measure.statistics import RatioInterval, format_ratio, ratio_interval
+from bench.render.charts import Source, scenario_charts, sources_for
+from bench.render.document import Align, Folded, Image, Paragraph, Section, Table, document_blocks
 from bench.render.gate import accuracy_table, timing_table
-from bench.render.plots import Source, scenario_charts, sources_for
 from bench.render.tables import TableData, documents_table, reference_table_data
 from bench.render.verification import verification_tables
 from bench.results.store import RunResult
@@ -173,9 +175,10 @@ def base_vs_head(runs: Sequence[ReportRun]) -> Section | None:
     base_records = [v for r in checks if _same_code(r.run, base.run) for v in r.run.verifications]
     head_records = [v for r in checks if _same_code(r.run, head.run) for v in r.run.verifications]
     result = gate(comparison, base_records, head_records)
-    tables = [timing_table(result)] + ([accuracy_table(result)] if result.accuracy else [])
+    timing, folded = _fold_not_comparable(timing_table(result), comparison.cases)
+    tables = ([timing] if timing.rows else []) + ([accuracy_table(result)] if result.accuracy else [])
     blocks: list = [Paragraph(text=f"base #{base.number} {base.label}, head #{head.number} {head.label}.")]
-    blocks += document_blocks(tables)
+    blocks += folded + document_blocks(tables)
     if not result.accuracy:
         blocks.append(
             Paragraph(
@@ -186,10 +189,44 @@ def base_vs_head(runs: Sequence[ReportRun]) -> Section | None:
     return Section(title="Base vs head", blocks=blocks)
 
 
-def _side_by_side(runs: Sequence[ReportRun], scenario: str) -> Table:
+COMPARE_COMMAND = "bench compare"
+"""The command whose flag compares what the report calls not comparable (a report has no such flag)."""
+FOLD_ROWS = 24
+"""A table of more rows is folded under a line saying what it holds (bench.render.document.Folded)."""
+
+
+def _fold_not_comparable(table: TableData, cases: Sequence[CaseComparison]) -> tuple[TableData, list]:
+    """The gate's timing table without the rows of cases not comparable, and those rows folded, one group
+    per reason under its one line (what differs, and the flag that compares them anyway). The table's first
+    len(cases) rows are `cases`, in order (bench.render.gate.timing_table)."""
+    groups: dict[str, list[list[str]]] = {}
+    kept = []
+    for i, row in enumerate(table.rows):
+        case = cases[i] if i < len(cases) else None
+        if case is not None and case.verdict == "not comparable" and case.not_comparable:
+            groups.setdefault(case.not_comparable, []).append(row)
+        else:
+            kept.append(row)
+    folded = [
+        Folded(
+            summary=not_comparable_note(reason, len(rows), command=COMPARE_COMMAND),
+            blocks=[Table(columns=table.headers, rows=rows, align=_align(table))],
+        )
+        for reason, rows in groups.items()
+    ]
+    return dataclasses.replace(table, rows=kept), folded
+
+
+def _align(table: TableData) -> list[Align]:
+    return ["right" if i in table.numeric else "left" for i in range(len(table.headers))]
+
+
+def _side_by_side(runs: Sequence[ReportRun], scenario: str) -> list:
     """Every ok case of `scenario` in any of several runs: one row per case, a time column per run and the
     ratio of each later run to the first (its 95% interval across rounds); `n/c` where the two are not
-    comparable (another machine, device, torch or scenario definition: bench.judge.comparison)."""
+    comparable (another machine, device, torch or scenario definition: bench.judge.comparison), with one
+    line per reason; a ratio column that would hold nothing but n/c is left out, its line says why. Folded
+    when long (FOLD_ROWS)."""
     first = runs[0]
     cases = {
         c.key: c.case for r in runs for c in r.run.cases if c.case.scenario == scenario and c.status == "ok"
@@ -199,30 +236,48 @@ def _side_by_side(runs: Sequence[ReportRun], scenario: str) -> Table:
     columns = ["case", *(f"#{r.number} {r.label}" for r in runs)]
     columns += [f"#{r.number} / #{first.number}" for r in runs[1:]]
     rows = []
+    reasons: list[dict[str, int]] = [{} for _ in runs[1:]]  # per ratio column: reason -> cases
     for key in keys:
         found = [r.run.get(key) for r in runs]
         ok = [c if c is not None and c.status == "ok" else None for c in found]
         cells = [key.split("/", 1)[1], *(format_time(c) for c in ok)]
         base = ok[0]
-        for r, other in zip(runs[1:], ok[1:], strict=True):
+        for j, (r, other) in enumerate(zip(runs[1:], ok[1:], strict=True)):
+            reason = None if base is None or other is None else comparability(first.run, base, r.run, other)
             if base is None or other is None:
                 cells.append("-")
-            elif comparability(first.run, base, r.run, other) is not None:
+            elif reason is not None:
+                reasons[j][reason] = reasons[j].get(reason, 0) + 1
                 cells.append("n/c")
             else:
                 cells.append(format_ratio(ratio_interval(base.estimate_medians, other.estimate_medians)))
         rows.append(cells)
-    return Table(
-        columns=columns,
-        rows=rows,
-        title=f"{scenario}: every case side by side, ratios to #{first.number}",
+    notes, dropped = [], []
+    for j, (r, why) in enumerate(zip(runs[1:], reasons, strict=True)):
+        column = len(runs) + 1 + j
+        empty = all(row[column] in ("n/c", "-") for row in rows)
+        label = f"#{r.number} / #{first.number}" + (" not shown" if empty and why else "")
+        notes += [f"{label}: {not_comparable_note(k, n, command=COMPARE_COMMAND)}" for k, n in why.items()]
+        if empty and why:
+            dropped.append(column)
+    kept = [i for i in range(len(columns)) if i not in dropped]
+    table = Table(
+        columns=[columns[i] for i in kept],
+        rows=[[row[i] for i in kept] for row in rows],
+        title=f"{scenario}: every case side by side"
+        + (f", ratios to #{first.number}" if len(kept) > len(runs) + 1 else ""),
     )
+    blocks: list = [Paragraph(text=n) for n in notes]
+    if len(rows) > FOLD_ROWS:
+        what = f"{scenario}: {len(rows)} cases, the times of {', '.join(f'#{r.number}' for r in runs)}"
+        return [*blocks, Folded(summary=what, blocks=[table])]
+    return [*blocks, table]
 
 
 def _results_blocks(runs: Sequence[ReportRun], scenario: str) -> list:
     if len(runs) > 1:  # one table, a column per run (instead of one table per file, stacked)
         return [
-            _side_by_side(runs, scenario),
+            *_side_by_side(runs, scenario),
             Paragraph(text=f"{TIME_NOTE}; n/c: not comparable.", small=True),
         ]
     tables = []
@@ -359,6 +414,33 @@ def _scaling_table(
     )
 
 
+@dataclass(frozen=True)
+class _ScalingKind:
+    """One scaling table's facts: which lengths it sweeps, its points at one, its title and its cells."""
+
+    lengths: Callable[[RunResult, str], list[int]]
+    points: Callable[[RunResult, str, Any, str, int], list[ScalingPoint]]
+    title: str
+    first: str
+    cell: Callable[[ScalingPoint], str]
+
+
+_STRONG = _ScalingKind(
+    lengths=analysis.strong_lengths,
+    points=lambda run, name, v, pass_, n: analysis.strong_scaling(run, name, v, pass_, seq_len=n),
+    title="strong scaling, speedup t(cp=1)/t(cp) [95% interval] (efficiency = speedup / cp)",
+    first="global seq",
+    cell=lambda p: _scaling_cell(p, _speedup),
+)
+_WEAK = _ScalingKind(
+    lengths=analysis.weak_lengths,
+    points=lambda run, name, v, pass_, n: analysis.weak_scaling(run, name, v, pass_, local_seq_len=n),
+    title="weak scaling, efficiency t(cp=1)/t(cp) [95% interval] at a fixed length per rank",
+    first="per rank",
+    cell=lambda p: _scaling_cell(p, lambda q: _percent(q.interval)),
+)
+
+
 def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
     blocks: list = []
     for r in runs:
@@ -366,40 +448,16 @@ def _scaling_blocks(runs: Sequence[ReportRun], name: str) -> list:
         degrees = analysis.cps(r.run, name)
         variants = analysis.variants(r.run, name)
         for pass_ in analysis.passes(r.run, name):
-            strong = [
-                (n, v.label, pts)
-                for n in analysis.strong_lengths(r.run, name)
-                for v in variants
-                if len(pts := analysis.strong_scaling(r.run, name, v, pass_, seq_len=n)) > 1
-            ]
-            if strong:
-                blocks.append(
-                    _scaling_table(
-                        f"{prefix}{name}, {PASS_LABELS[pass_]}: strong scaling, speedup t(cp=1)/t(cp) "
-                        "[95% interval] (efficiency = speedup / cp)",
-                        "global seq",
-                        strong,
-                        degrees,
-                        lambda p: _scaling_cell(p, _speedup),
-                    )
-                )
-            weak = [
-                (n, v.label, pts)
-                for n in analysis.weak_lengths(r.run, name)
-                for v in variants
-                if len(pts := analysis.weak_scaling(r.run, name, v, pass_, local_seq_len=n)) > 1
-            ]
-            if weak:
-                blocks.append(
-                    _scaling_table(
-                        f"{prefix}{name}, {PASS_LABELS[pass_]}: weak scaling, efficiency t(cp=1)/t(cp) "
-                        "[95% interval] at a fixed length per rank",
-                        "per rank",
-                        weak,
-                        degrees,
-                        lambda p: _scaling_cell(p, lambda q: _percent(q.interval)),
-                    )
-                )
+            for kind in (_STRONG, _WEAK):
+                rows = [
+                    (n, v.label, pts)
+                    for n in kind.lengths(r.run, name)
+                    for v in variants
+                    if len(pts := kind.points(r.run, name, v, pass_, n)) > 1
+                ]
+                if rows:
+                    title = f"{prefix}{name}, {PASS_LABELS[pass_]}: {kind.title}"
+                    blocks.append(_scaling_table(title, kind.first, rows, degrees, kind.cell))
     if blocks:
         blocks.append(
             Paragraph(

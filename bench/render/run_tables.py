@@ -12,15 +12,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.errors import first_line
-from bench.judge.reference import not_measured, reference_tables
-from bench.render.document import Paragraph, Section, document_blocks, render_markdown
-from bench.render.formats import (
+from bench.formats import (
     CASE_LINE_LEGEND,
     contention_label,
     contention_summary,
     incomplete_summary,
     mostly_contended,
 )
+from bench.judge.reference import not_measured, reference_tables
+from bench.render.document import Paragraph, Section, document_blocks, render_markdown
 from bench.render.tables import (
     TableData,
     documents_table,

@@ -17,16 +17,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.console import ColumnGroup, fit_columns
-from bench.judge.analysis import PASS_LABELS, PREFERRED_PASSES, describe_layer
-from bench.judge.reference import ReferenceTable, scenario_order
-from bench.measure.statistics import format_ratio, ratio_interval
-from bench.render.formats import (
+from bench.formats import (
     TIME_NOTE,
     format_checkpoint,
     format_mib,
     format_time,
     format_tokens,
 )
+from bench.judge.analysis import PASS_LABELS, PREFERRED_PASSES, describe_layer
+from bench.judge.reference import ReferenceTable, scenario_order
+from bench.measure.statistics import format_ratio, ratio_interval
 from bench.results.store import RunResult
 from bench.suite.config import PASS_TAGS, Case
 from bench.suite.documents import documents_tag

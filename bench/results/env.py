@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from bench.records import RECORD_CONFIG
-from gdn_cp.distributed import Platform, probe_devices
+from gdn_cp.distributed import Platform
 from gdn_cp.ops.backends import BUILT_IN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -194,22 +194,9 @@ def torch_npu_version() -> str | None:
         return None
 
 
-def host_device_name(platform: Platform, local_rank: int | None = None) -> str:
-    """The name of this host's devices (the CPU's on cpu; distinct accelerator names joined): a launcher
-    (`local_rank` None) reads them without a device context of its own (gdn_cp.distributed.launch.
-    probe_devices), a torchrun rank from its own device, which it chooses first."""
-    if platform.device_type == "cpu":
-        return platform.device_name(0)
-    if local_rank is not None:
-        platform.set_device(local_rank)
-        return platform.device_name(local_rank)
-    names = sorted({d.name for d in probe_devices(platform)})
-    return ", ".join(names) or f"no {platform.device_type} device"
-
-
 def host_environment(platform: Platform, device_name: str, git: GitInfo | None = None) -> dict[str, Any]:
-    """This host's HostEnvironment fields (`device_name`: read as the caller may, see host_device_name;
-    `git`: the checkout's, when the caller has read it already)."""
+    """This host's HostEnvironment fields (`device_name`: read as the caller may, bench.launch.devices.
+    host_device_name; `git`: the checkout's, when the caller has read it already)."""
     git = git or git_info()
     return {
         "git_commit": git.commit,
@@ -239,17 +226,18 @@ def node_environment(platform: Platform, *, node: int, ranks: int, device_name: 
 def collect_environment(
     platform: Platform,
     *,
+    device_name: str,
     threads_per_rank: int | None,
     world_sizes: list[int],
     launcher: str,
-    local_rank: int | None = None,
     git: GitInfo | None = None,
 ) -> Environment:
-    """This host's environment; `local_rank`: this process is that rank of a torchrun job; `git`: the code
+    """This host's environment; `device_name`: its devices' (bench.launch.devices.host_device_name, read as
+    this process may: a launcher from the probe, a torchrun rank from its own device); `git`: the code
     measured, when it is not this checkout's (a paired compare's refs; default git_info())."""
     git = git or git_info()
     return Environment(
-        **host_environment(platform, host_device_name(platform, local_rank), git),
+        **host_environment(platform, device_name, git),
         git_branch=git.branch,
         git_date=git.date,
         git_subject=git.subject,

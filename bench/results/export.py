@@ -17,7 +17,9 @@ Every row has the same columns (COLUMNS), whatever its file holds, so that rows 
   named as such (`repeats_median_s`, min, max, IQR); peak bytes, model FLOPs, matmul GFLOP/s and achieved
   GFLOP/s per rank at the estimate where the file has a throughput record, wall time), a sample's
   (SAMPLE_COLUMNS: its round, rank and repeat) or a verify record's (VERIFY_COLUMNS: which check, passed,
-  its failures, the worst errors).
+  its failures, the worst errors);
+- what ran and the correctness gate (RAN_COLUMNS: the mode, local path and ops gdn_cp recorded, the first
+  pass's time, the gate's bar, small check, cp 1 reference and its distance; empty where not recorded).
 
 A column that does not apply to a row is None (an empty CSV cell, JSON null).
 """
@@ -54,16 +56,25 @@ MEASURE_COLUMNS = (
     *("repeats_median_s", "repeats_min_s", "repeats_max_s", "repeats_iqr_s", "noisy", "repeats"),
     *("peak_bytes", "model_flops", "matmul_gflops", "achieved_gflops_per_rank", "wall_s"),
 )
+RAN_COLUMNS = (
+    *("ran_mode", "ran_local_path", "ran_ops", "first_use_s"),
+    *("check_bar", "check_small_rel_l2", "check_reference", "check_reference_rel_l2"),
+)
+"""What ran, as gdn_cp recorded it (`ran_ops`: the ops the backend seam called, `module.qualname (backend)`,
+joined by "; "; empty: not recorded), the first pass's time (the largest of the rounds', untimed by the
+case's figures) and the correctness gate's checks (bench.measure.gate)."""
 SAMPLE_COLUMNS = ("round", "rank", "repeat", "sample_s")
 VERIFY_COLUMNS = (
     *("check", "passed", "failures", "seeds", "steps"),
     *("worst_rel_l2", "worst_grad_norm_rel", "worst_loss_rel"),
+    *("mutants_caught", "mutants_run", "no_power_against"),
 )
 COLUMNS: tuple[str, ...] = (
     "record",
     *RUN_COLUMNS,
     *CASE_COLUMNS,
     *MEASURE_COLUMNS,
+    *RAN_COLUMNS,
     *SAMPLE_COLUMNS,
     *VERIFY_COLUMNS,
 )
@@ -129,6 +140,25 @@ def measure_cells(result: CaseResult) -> Row:
             cells["achieved_gflops_per_rank"] = tp.achieved_gflops(result.seconds, result.case.cp)
     if result.threads_per_rank is not None:
         cells["threads_per_rank"] = result.threads_per_rank
+    return cells | ran_cells(result)
+
+
+def ran_cells(result: CaseResult) -> Row:
+    """A case's RAN_COLUMNS (those it recorded)."""
+    cells: Row = {}
+    if result.ran:
+        call = result.ran[0]
+        ops = dict.fromkeys(f"{op.op} ({op.backend})" for c in result.ran for op in c.ops)
+        cells.update(ran_mode=call.mode, ran_local_path=call.local_path, ran_ops="; ".join(ops))
+    first = [r.first_use_s for r in result.rounds if r.first_use_s is not None]
+    if first:
+        cells["first_use_s"] = max(first)
+    check = result.check
+    if check is not None:
+        cells.update(check_bar=check.bar, check_reference=check.reference)
+        cells["check_reference_rel_l2"] = check.reference_rel_l2
+        if check.small is not None:
+            cells["check_small_rel_l2"] = check.small.worst()[1]
     return cells
 
 
@@ -155,6 +185,10 @@ def _verify_cells(record: Verification) -> Row:
         cells["worst_grad_norm_rel"] = max(record.grad_norm_rel, default=None)
         cells["worst_loss_rel"] = max(record.loss_rel, default=None)
     cells["failures"] = "; ".join(failures) or None
+    power = record.power
+    if power:  # the check's power: the mutants of CP it caught (bench.verification)
+        cells.update(mutants_caught=sum(v.caught for v in power), mutants_run=len(power))
+        cells["no_power_against"] = "; ".join(record.no_power_against) or None
     return cells
 
 

@@ -22,6 +22,17 @@ older version is converted step by step, as plain JSON data, into the current la
   (`kernel_versions`; empty, unknown, before); a device's memory reading adds the allocator's reserved peak
   and the device's used memory before the pass (`reserved_peak_bytes`, `device_used_before_bytes`; null
   before, when the allocator's cache was not released first either).
+- 7: what ran and the correctness gate (bench.measure.gate): a case records what its first pass ran, as gdn_cp
+  itself recorded it (`ran`: the mode, its options as applied, the local path, the ops the backend seam
+  called), the gate's reference checks (`check`: fingerprints of its results, the small check against the
+  fp64 single-device layer, the cp 1 case it was compared with), and each round the wall time of its first
+  pass (`first_use_s`, a backend's compiles and autotuning); a verify record what its model ran (`ran`).
+  Null in older files: "ran: not recorded", no check, first use unknown. Checks with power: a layer record
+  says how its comparisons drew their inputs (`inputs`: "random", the reference PR's, before), holds the
+  same inputs packed across rank edges (`packed`), the PR's inputs beside them (`reproduction`) and its runs
+  with CP broken on purpose (`mutants`), a comparison the share of each rank's output its entering state
+  carries (`state_share`); a trajectory its first step on "state" inputs (`first`) and its `mutants`. Empty
+  or null in older files: no power measured.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version `bench run` writes. Bump it when the layout changes, add a line above and a step below."""
 
 Data = dict[str, Any]
@@ -184,12 +195,31 @@ def _from_5(data: Data) -> Data:
     }
 
 
+def _from_6(data: Data) -> Data:
+    """Version 6 -> 7 (module docstring)."""
+
+    def case(record: Data) -> Data:
+        rounds = [{"first_use_s": None, **r} for r in record["rounds"]]
+        return {"ran": None, "check": None, **record, "rounds": rounds}
+
+    def verification(record: Data) -> Data:
+        if record.get("kind") != "layer":
+            return {"ran": None, "first": None, "mutants": [], **record}
+        comparisons = [{"state_share": [], **c} for c in record.get("comparisons", [])]
+        extra = {"inputs": "random", "packed": [], "reproduction": [], "mutants": []}
+        return {**extra, **record, "comparisons": comparisons}
+
+    verifications = [verification(v) for v in data["verifications"]]
+    return {**data, "cases": [case(c) for c in data["cases"]], "verifications": verifications}
+
+
 STEPS: dict[int, tuple[str, Callable[[Data], Data]]] = {
     1: ("the samples of each case become its one round", _from_1),
     2: ("the layer nests in its case, keys added inside version 2 get the values they meant", _from_2),
     3: ("the environment gets the commit's date and subject, unknown", _from_3),
     4: ("rounds get their lifetime and runs the bench that measured them, unknown", _from_4),
     5: ("layers get the project's own backend, environments unknown kernel versions", _from_5),
+    6: ("cases get what ran and the gate's checks, not recorded; rounds an unknown first use", _from_6),
 }
 """Version -> (what converting it does, the step to the next version)."""
 

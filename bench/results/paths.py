@@ -1,6 +1,7 @@
-"""Names for new files and folders that never reuse an existing one: result files, chart and profile
-folders (and `write_new` for a file that a command is told to write, such as `bench export --out`). Names
-made from the time have one-second resolution, so a taken name gets -2, -3, ... instead."""
+"""Names for new files and folders that never reuse an existing one: result files (`result_filename`),
+chart and profile folders (and `write_new` for a file that a command is told to write, such as `bench export
+--out`, once bench.results.outputs has checked it). Names made from the time have one-second resolution, so
+a taken name gets -2, -3, ... instead."""
 
 from __future__ import annotations
 
@@ -8,10 +9,21 @@ import contextlib
 import datetime
 import itertools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from bench.errors import UserError
+from bench.suite.loader import display
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+]+", "-", text).strip("-.") or "x"
+
+
+def result_filename(created: datetime.datetime, branch: str, commit: str, name: str) -> str:
+    """`<YYYYmmdd-HHMMSS>-<branch>-<shortcommit>-<name>.json`, with unsafe characters replaced by '-'."""
+    return f"{created:%Y%m%d-%H%M%S}-{_slug(branch)}-{_slug(commit[:8])}-{_slug(name)[:80]}.json"
 
 
 def numbered_paths(path: Path) -> Iterator[Path]:
@@ -56,13 +68,40 @@ def replace_file(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def check_out_folder(out: str, flag: str = "--out") -> None:
-    """UserError when a charts folder given by name is an existing file."""
-    if Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"{flag} {out}: is a file; give a folder for the charts (it is created if missing)")
-
-
 def new_charts_folder(results_dir: Path) -> Path:
     """A new folder <results_dir>/plots-<date>-<time>/ (-2, -3, ... when taken): where charts go unless a
     folder is named."""
     return new_folder(results_dir / f"plots-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
+def profile_folder(
+    results_dir: Path, case_key: str, *, branch: str, commit: str, run_id: str | None = None
+) -> Path:
+    """Where `bench profile` writes a case's traces unless told: <results_dir>/profiles/<date>-<branch>-
+    <commit>-<case key>, the first free of -2, -3, ... (`create_folder` claims it once the case has passed
+    the checks); under torchrun `run_id` (the job's run id) replaces the date, so that every rank (each
+    with its own clock) names the same folder, which is then not numbered."""
+    name = result_filename(datetime.datetime.now(), branch, commit, case_key).removesuffix(".json")
+    if run_id is not None:
+        stamp = "-".join(name.split("-", 2)[:2])  # <YYYYmmdd>-<HHMMSS>
+        return results_dir / "profiles" / name.replace(stamp, run_id, 1)
+    return free_path(results_dir / "profiles" / name)
+
+
+def create_folder(path: Path, *, claim: bool) -> None:
+    """Create the folder `path` and those above it before any rank writes there; `claim` (a name that
+    free_path found free): it must still be. UserError, with the fix, when it cannot be made."""
+    try:
+        path.mkdir(parents=True, exist_ok=not claim)
+    except FileExistsError:
+        if claim and path.is_dir():
+            raise UserError(
+                f"{display(path)}: another command took this folder meanwhile; run the command again"
+            ) from None
+        raise UserError(
+            f"{display(path)}: cannot create the folder (a file is in the way); give --output DIR"
+        ) from None
+    except OSError as exc:
+        raise UserError(
+            f"{display(path)}: cannot create the folder ({exc.strerror}); give --output DIR"
+        ) from None

@@ -19,7 +19,7 @@ Files of older schema versions are converted on reading, as bench.results.migrat
 
 from __future__ import annotations
 
-import datetime
+import contextlib
 import json
 import os
 import re
@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from bench.errors import UserError
 from bench.measure.contention import Contention
+from bench.measure.gate import CaseCheck
 from bench.measure.statistics import Estimate
 from bench.measure.timing import TimingSummary, rank_max
 from bench.records import RECORD_CONFIG, describe_error, from_json, to_dict
@@ -42,8 +43,13 @@ from bench.results.migrate import SCHEMA_VERSION, UPGRADES, upgrade
 from bench.results.paths import numbered_paths
 from bench.results.verifications import Verification, run_name
 from bench.suite.config import Case, SuiteConfig
+from gdn_cp.ops.ran import Ran
 
 Status = Literal["ok", "failed", "skipped"]
+
+NOT_COMPARABLE = "not comparable: "
+"""How a skipped case's error begins when it could not run as named on a compared ref (a field its gdn_cp
+does not take: bench.launch.paired); `bench compare` counts it as not comparable."""
 
 SESSION_ENV = "BENCH_SESSION"
 """Set by `bench compare` for both sides of an interleaved run; `bench run` records it (RunResult.session)."""
@@ -123,6 +129,9 @@ class RoundResult:
     lifetime: str | None = None
     """The id of the ranks' lifetime (a local pool's) it ran in; None under torchrun and in older files. The
     two sides of a paired `bench compare REF REF` record one id for a case's round, both measured in it."""
+    first_use_s: float | None = None
+    """Rank-max wall time of the round's first pass (untimed by the case's figures: a backend's compiles,
+    autotuning and caches are in it; bench.measure.rank); None in files before version 7."""
 
     @property
     def passes_s(self) -> list[float]:
@@ -166,7 +175,7 @@ class CaseResult:
     timing: TimingSummary | None = None
     """Rank-max statistics over every timed pass of every round together (ok only)."""
     memory: MemoryResult | None = None
-    """Peak allocated memory, measured in the last round (ok only)."""
+    """Peak allocated memory, read in the case's first round of the run that measured it (ok only)."""
     threads_per_rank: int | None = None
     """torch threads each rank ran with (ok only)."""
     throughput: ThroughputResult | None = None
@@ -176,6 +185,14 @@ class CaseResult:
     every round was (`contended`)."""
     wall_s: float = 0.0
     """Wall time of the case, all rounds together (a one-case launch: start-up included)."""
+    ran: list[Ran] | None = None
+    """What the case's first pass ran, as gdn_cp recorded it on rank 0 (gdn_cp.ops.ran: the mode, its options
+    as applied, the local path, the ops the backend seam called), checked against the case before any pass
+    was timed (bench.measure.gate); None: not recorded (files before version 7, a compared ref whose gdn_cp
+    does not record it)."""
+    check: CaseCheck | None = None
+    """The correctness gate's reference checks of its first round (bench.measure.gate); None: not checked
+    (files before version 7)."""
     finished_at: str = field(default_factory=now_iso)
 
     @property
@@ -261,15 +278,20 @@ class RunResult:
 def load_result(path: str | Path) -> RunResult:
     """Read a result file; UserError (with what to do) if it is missing, unreadable (a folder, not text, no
     permission), corrupt, of another schema, or holds a value of the wrong type."""
+    return parse_result(path, read_result_text(path))
+
+
+def read_result_text(path: str | Path) -> str:
+    """The text of a file given as a result file; UserError when it is missing, a folder, a device, not
+    text or not readable."""
     path = Path(path)
     if path.exists() and not (path.is_file() or path.is_dir()):  # a device or pipe: reading may never end
         raise UserError(f"{path}: not a regular file; give a result file that `bench run` wrote")
     try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(
-            f"{path}: no such result file; give a file that `bench run` wrote (see results/)"
+            f"{path}: no such result file; give a file that `bench run` wrote (see runs/)"
         ) from None
     except IsADirectoryError:
         raise UserError(
@@ -282,6 +304,31 @@ def load_result(path: str | Path) -> RunResult:
             f"{path}: not a text file (byte {exc.start} is not UTF-8); give a result file that `bench run` "
             "wrote"
         ) from None
+
+
+RESULT_MARK = re.compile(r'\s*\{\s*"schema_version"\s*:')
+"""How every result file opens (result_text writes schema_version first)."""
+
+
+def is_result_text(text: str) -> bool:
+    """Whether `text` is a result file's, by the key every result file has: a top-level `schema_version`
+    (what the views, `bench history` and the output guard, bench.results.outputs, go by). Text that is not
+    valid JSON counts when it opens with that key (a result file cut short), so that a damaged result file
+    is refused, never taken for something else."""
+    if '"schema_version"' not in text:  # a trace of many megabytes is not parsed to find that out
+        return False
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return RESULT_MARK.match(text) is not None
+    return isinstance(data, dict) and "schema_version" in data
+
+
+def parse_result(path: str | Path, text: str) -> RunResult:
+    """The records of a result file's `text` (read from `path`, which messages name): older schemas
+    converted (bench.results.migrate); UserError, with what to do, for anything else."""
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); give a result file that `bench run` wrote"
@@ -350,8 +397,10 @@ def save_result(run: RunResult, path: str | Path, *, new: bool = False) -> None:
     removed) when the file system refuses the write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = ""
     try:
+        # in the try: a folder turned read-only (or full) refuses the temporary file itself
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it private; results are shared like any file
         with os.fdopen(fd, "w") as f:
             f.write(result_text(to_dict(run)))
@@ -362,15 +411,22 @@ def save_result(run: RunResult, path: str | Path, *, new: bool = False) -> None:
         else:
             os.replace(tmp, path)
     except FileExistsError:
-        Path(tmp).unlink(missing_ok=True)
+        _remove(tmp)
         raise
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
+        _remove(tmp)
         # from None: closing the half-written file fails again (ENOSPC twice), which says nothing more
         raise ResultWriteError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: str) -> None:
+    """Remove the temporary file of a failed write, if it was made (a read-only folder may keep it)."""
+    if tmp:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _link_new(tmp: str, path: Path) -> None:
@@ -434,15 +490,6 @@ class ResultWriter:
     def _save(self) -> None:
         save_result(self.run, self.path)  # ResultWriteError: the file keeps its last `saved` records
         self.saved = len(self.run.cases) + len(self.run.verifications)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+]+", "-", text).strip("-.") or "x"
-
-
-def result_filename(created: datetime.datetime, branch: str, commit: str, name: str) -> str:
-    """`<YYYYmmdd-HHMMSS>-<branch>-<shortcommit>-<name>.json`, with unsafe characters replaced by '-'."""
-    return f"{created:%Y%m%d-%H%M%S}-{_slug(branch)}-{_slug(commit[:8])}-{_slug(name)[:80]}.json"
 
 
 def is_verification_run(run: RunResult) -> bool:

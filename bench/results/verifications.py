@@ -3,11 +3,17 @@
 - LayerVerification: the CP layer against the full-sequence single-device reference, one comparison per seed
   (gdn_cp.accuracy.LayerComparison), judged against the bars that applied (gdn_cp.accuracy.Thresholds).
 - TrainVerification: the hybrid model trained under CP against the single-rank reference, per step: loss and
-  global gradient norm of both, and whether every parameter was bit-identical before step 0.
+  global gradient norm of both, and whether every parameter was bit-identical before step 0; and the first
+  step on "state" inputs (`FirstStep`), against its own bar.
 
-Failures are computed from the stored numbers and bars (`failures()`), so a record cannot disagree with
-itself; `passed` is also written out for people reading the file. Error growth over a trajectory is
-`error_growth` (see its docstring for the criterion).
+Power: every record also holds the runs of its check with CP broken on purpose (gdn_cp.distributed.mutants,
+one mutant at a time on rank 1: `LayerMutant`, `TrainMutant`); `power()` says which the check caught
+(`MutantVerdict`), and `no_power_against` which it passed: such a check is reported "pass, no power against:
+...", never a plain pass.
+
+Failures and power are computed from the stored numbers and bars (`failures()`, `power()`), so a record
+cannot disagree with itself; `passed` and `power` are also written out for people reading the file. Error
+growth over a trajectory is `error_growth` (see its docstring for the criterion).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from bench.records import DROP_DERIVED
 from bench.results.env import now_iso
 from bench.suite.config import Case, TrainSettings
 from gdn_cp.accuracy import LayerComparison, Thresholds, TrainThresholds
+from gdn_cp.distributed.mutants import BY_NAME
+from gdn_cp.ops.ran import Ran
 
 VerifyStatus = Literal["ok", "failed", "skipped"]
 """ok: the case ran (whether it passed is `passed`); failed: a rank raised, died or timed out (`error`);
@@ -49,9 +57,58 @@ max(error, floor), so that exact agreement at the start (an error of 0) does not
 growth."""
 
 
+@dataclass(frozen=True, slots=True)
+class MutantVerdict:
+    """Whether a check caught one mutant (derived from the stored numbers and bars)."""
+
+    mutant: str
+    """The mutant's name (gdn_cp.distributed.mutants.MUTANTS)."""
+    description: str
+    caught: bool
+    by: str | None = None
+    """The first failing metric that caught it (None: it passed the check)."""
+
+
+def _description(name: str) -> str:
+    mutant = BY_NAME.get(name)
+    return mutant.description if mutant is not None else name
+
+
 @dataclass(kw_only=True, slots=True)
-class LayerVerification:
-    """One case of `bench verify`: the CP layer against the full-sequence reference, for every seed."""
+class LayerMutant:
+    """One mutant (gdn_cp.distributed.mutants) through a layer check: the first seed's comparison on the
+    "state" inputs packed in documents (LayerVerification.packed's, or the case's own documents), with the
+    mutant on rank 1."""
+
+    name: str
+    comparison: LayerComparison
+
+
+@dataclass(kw_only=True, slots=True)
+class LayerRuns:
+    """What one layer check measured, identical on every rank (bench.verification.layer_rank returns it);
+    a LayerVerification is one with the case and its outcome."""
+
+    inputs: str = "state"
+    """How `comparisons` drew their weights (gdn_cp.accuracy.INPUT_KINDS): "state", decays that make the
+    state entering a rank matter; "random" (the reference PR's) in files before inputs were chosen."""
+    comparisons: list[LayerComparison] = field(default_factory=list)
+    """Per seed, in the order of `seeds` (ok only): the case's sequence (unpacked, or its documents)."""
+    packed: list[LayerComparison] = field(default_factory=list)
+    """Per seed, for a case without documents of its own: the same inputs packed in documents that cross
+    every rank edge (gdn_cp.accuracy.edge_documents), so that a boundary can be moved; else empty."""
+    reproduction: list[LayerComparison] = field(default_factory=list)
+    """Per seed: the reference PR's "random" inputs on the case's sequence, judged by the same bars (its
+    table); empty in files before inputs were chosen."""
+    mutants: list[LayerMutant] = field(default_factory=list)
+    """The check's runs with CP broken on purpose, one per mutant that applies to the case (empty: none
+    ran, at cp 1 or in older files)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class LayerVerification(LayerRuns):
+    """One case of `bench verify`: the CP layer against the full-sequence reference, for every seed (the
+    measured fields are LayerRuns', empty unless the case ran)."""
 
     case: Case
     """The case (mode, checkpoint, cp, seq_len, dtype, layer dims); its pass is always forward_backward."""
@@ -59,8 +116,6 @@ class LayerVerification:
     """ok or failed (see VerifyStatus)."""
     seeds: list[int] = field(default_factory=list)
     """Seeds of weights, input and output gradient, one comparison each."""
-    comparisons: list[LayerComparison] = field(default_factory=list)
-    """Per seed, in the order of `seeds` (ok only)."""
     thresholds: dict[str, float] = field(default_factory=dict)
     """The bars that applied (the fields of gdn_cp.accuracy.Thresholds)."""
     error: str | None = None
@@ -78,11 +133,18 @@ class LayerVerification:
         return f"{self.kind}/{self.case.key()}"
 
     def failures(self) -> list[tuple[int, list[str]]]:
-        """(seed, the metrics above their bars) for every seed that failed; empty: all passed (or not run)."""
+        """(seed, the metrics above their bars) for every seed that failed; empty: all passed (or not run).
+        A metric of the packed inputs is prefixed "packed: ", of the reference PR's "PR inputs: "."""
         if self.status != "ok":
             return []
         bars = Thresholds(**self.thresholds)
-        out = [(seed, c.failures(bars)) for seed, c in zip(self.seeds, self.comparisons, strict=True)]
+        out = []
+        for i, (seed, c) in enumerate(zip(self.seeds, self.comparisons, strict=True)):
+            failures = c.failures(bars)
+            for prefix, extra in (("packed: ", self.packed), ("PR inputs: ", self.reproduction)):
+                if i < len(extra):
+                    failures += [prefix + f for f in extra[i].failures(bars)]
+            out.append((seed, failures))
         return [(seed, f) for seed, f in out if f]
 
     @computed_field  # type: ignore[prop-decorator]
@@ -90,6 +152,23 @@ class LayerVerification:
     def passed(self) -> bool:
         """ok and no metric above its bar (derived)."""
         return self.status == "ok" and not self.failures()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def power(self) -> list[MutantVerdict]:
+        """Per mutant run, whether the check caught it: a metric of its comparison above the bars
+        (derived)."""
+        bars = Thresholds(**self.thresholds)
+        out = []
+        for m in self.mutants:
+            failures = m.comparison.failures(bars)
+            out.append(MutantVerdict(m.name, _description(m.name), bool(failures), (failures or [None])[0]))
+        return out
+
+    @property
+    def no_power_against(self) -> list[str]:
+        """The mutants a passing check did not catch, by description (empty when it failed or did not run)."""
+        return no_power_against(self)
 
 
 def relative_errors(actual: Sequence[float], reference: Sequence[float]) -> list[float]:
@@ -138,6 +217,42 @@ def grows(errors: Sequence[float]) -> bool:
 
 
 @dataclass(kw_only=True, slots=True)
+class FirstStep:
+    """One step of the reference (rank 0) and the CP model from identical weights whose GDN layers draw
+    "state" decays (gdn_cp.accuracy.state_inputs over the ranks' shards), before any optimizer step: where
+    the state entering a rank carries a share of every GDN layer's output, and nothing has yet amplified
+    rounding. Judged by TrainThresholds.first_loss_rel, first_grad_norm_rel and first_gdn_output_rel_l2, set
+    per dtype."""
+
+    ref_loss: float
+    cp_loss: float
+    ref_grad_norm: float
+    cp_grad_norm: float
+    gdn_output_rel_l2: float
+    """The first GDN layer's output over the whole sequence (the one nearest the input, whose input is still
+    the reference's): ||cp - ref|| / ||ref||. The layer check's output bar inside the model: in bf16 the
+    loss and the gradient norm carry the rounding of every layer, which hides a state 1% off on one rank;
+    this output does not."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainMutant:
+    """One mutant (gdn_cp.distributed.mutants, on rank 1) through the training check: the CP model's first
+    step on the "state" model (against FirstStep's reference) and on the trajectory's model (against its
+    step 0, at the trajectory's bar)."""
+
+    name: str
+    first_loss: float
+    """The "state" model's loss with the mutant on."""
+    first_grad_norm: float
+    first_gdn_output_rel_l2: float
+    """Its first GDN layer's output rel-L2 against FirstStep's reference."""
+    loss: float
+    """The trajectory's model: its step-0 loss with the mutant on."""
+    grad_norm: float
+
+
+@dataclass(kw_only=True, slots=True)
 class Trajectory:
     """What one trajectory run measured, identical on every rank (bench.verification.train_rank returns
     it); a TrainVerification is one with the case and its outcome."""
@@ -162,6 +277,14 @@ class Trajectory:
     files written before it was measured."""
     floor_grad_norm: list[float] = field(default_factory=list)
     """Per step: that second reference's gradient norm."""
+    ran: list[Ran] | None = None
+    """What the CP model's first step ran on rank 0, a call per GDN layer (gdn_cp.ops.ran), checked against
+    the case before the trajectory counted (bench.measure.gate); None in files before version 7."""
+    first: FirstStep | None = None
+    """The first step of a second pair of models whose GDN layers draw "state" decays (the check with power:
+    `FirstStep`); None in files before it was measured."""
+    mutants: list[TrainMutant] = field(default_factory=list)
+    """The first steps with CP broken on purpose, one per mutant that applies to the case."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -236,8 +359,63 @@ class TrainVerification(Trajectory):
         """Whether either relative error grows with the steps (`grows`; reported, not a failure)."""
         return grows(self.loss_rel) or grows(self.grad_norm_rel)
 
+    @property
+    def loss_bar(self) -> float:
+        """The trajectory's loss bar: configured, or FLOOR_FACTOR x the dtype's own spread (`bar`)."""
+        return self.bar(TrainThresholds(**self.thresholds).loss_rel, self.floor_loss_rel)
+
+    @property
+    def grad_norm_bar(self) -> float:
+        return self.bar(TrainThresholds(**self.thresholds).grad_norm_rel, self.floor_grad_norm_rel)
+
+    @property
+    def first_loss_rel(self) -> float | None:
+        """The first step's loss error on the "state" model (None: not measured)."""
+        if self.first is None:
+            return None
+        return relative_errors([self.first.cp_loss], [self.first.ref_loss])[0]
+
+    @property
+    def first_grad_norm_rel(self) -> float | None:
+        if self.first is None:
+            return None
+        return relative_errors([self.first.cp_grad_norm], [self.first.ref_grad_norm])[0]
+
+    def _over_first(self, loss: float, grad_norm: float, gdn_output_rel_l2: float) -> list[str]:
+        """The first-step bars a "state" model's (loss, grad norm, first GDN layer's output rel-L2) breaks,
+        against FirstStep's reference."""
+        assert self.first is not None
+        bars = TrainThresholds(**self.thresholds)
+        errors = (
+            ("train_first_loss_rel", relative_errors([loss], [self.first.ref_loss])[0], bars.first_loss_rel),
+            (
+                "train_first_grad_norm_rel",
+                relative_errors([grad_norm], [self.first.ref_grad_norm])[0],
+                bars.first_grad_norm_rel,
+            ),
+            ("train_first_gdn_output_rel_l2", gdn_output_rel_l2, bars.first_gdn_output_rel_l2),
+        )
+        return [
+            f"{name} {error:.3e} > {bar:.1e} (first step, state inputs)"
+            for name, error, bar in errors
+            if not error <= bar  # NaN fails too
+        ]
+
+    def _over_trajectory(self, loss: float, grad_norm: float) -> list[str]:
+        """The trajectory bars a step-0 (loss, grad norm) of its model breaks, against its reference."""
+        out = []
+        for name, (value, ref), bar in (
+            ("train_loss_rel", (loss, self.ref_loss[0]), self.loss_bar),
+            ("train_grad_norm_rel", (grad_norm, self.ref_grad_norm[0]), self.grad_norm_bar),
+        ):
+            error = relative_errors([value], [ref])[0]
+            if not error <= bar:
+                out.append(f"{name} {error:.3e} > {bar:.1e} (step 0)")
+        return out
+
     def failures(self) -> list[str]:
-        """Every failed check: unequal initial weights, non-finite values, errors above the bars."""
+        """Every failed check: unequal initial weights, non-finite values, errors above the bars (the
+        trajectory's, and the first step's on the "state" model)."""
         if self.status != "ok":
             return []
         out = [
@@ -256,6 +434,8 @@ class TrainVerification(Trajectory):
                 step = errors.index(worst) if worst in errors else 0
                 derived = f" ({FLOOR_FACTOR:g}x the dtype's own spread)" if bar > configured else ""
                 out.append(f"{name} {worst:.3e} > {bar:.1e}{derived} (step {step})")
+        if self.first is not None:
+            out += self._over_first(self.first.cp_loss, self.first.cp_grad_norm, self.first.gdn_output_rel_l2)
         return out
 
     @computed_field  # type: ignore[prop-decorator]
@@ -263,6 +443,40 @@ class TrainVerification(Trajectory):
     def passed(self) -> bool:
         """ok and no failed check (derived)."""
         return self.status == "ok" and not self.failures()
+
+    def mutant_bars(self, mutant: TrainMutant) -> tuple[list[str], list[str]]:
+        """(the first-step bars, the trajectory's bars at step 0) that `mutant`'s runs break."""
+        first = []
+        if self.first is not None:
+            m = mutant
+            first = self._over_first(m.first_loss, m.first_grad_norm, m.first_gdn_output_rel_l2)
+        trajectory = self._over_trajectory(mutant.loss, mutant.grad_norm) if self.ref_loss else []
+        return first, trajectory
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def power(self) -> list[MutantVerdict]:
+        """Per mutant run, whether the check caught it: its first step on the "state" model above the
+        first-step bars, or its step 0 on the trajectory's model above the trajectory's bars (derived)."""
+        out = []
+        for m in self.mutants:
+            first, trajectory = self.mutant_bars(m)
+            caught = first + trajectory
+            out.append(MutantVerdict(m.name, _description(m.name), bool(caught), (caught or [None])[0]))
+        return out
+
+    @property
+    def no_power_against(self) -> list[str]:
+        """The mutants a passing check did not catch, by description (empty when it failed or did not run)."""
+        return no_power_against(self)
+
+
+def no_power_against(record: LayerVerification | TrainVerification) -> list[str]:
+    """The descriptions of the mutants `record`'s check passed, when the check itself passed; empty
+    otherwise (a failing check's verdict is its failure)."""
+    if not record.passed:
+        return []
+    return [v.description for v in record.power if not v.caught]
 
 
 Verification = Annotated[LayerVerification | TrainVerification, Field(discriminator="kind")]

@@ -27,7 +27,7 @@ from bench.suite.fields import check_fields, require_positive, yaml_key
 from bench.suite.thresholds import Bars, ThresholdSpec
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, ModeName
-from gdn_cp.distributed.modes import CommCase
+from gdn_cp.distributed.modes import CommCase, CPOptions
 from gdn_cp.distributed.platform import DeviceKind
 from gdn_cp.dtypes import DTYPES, Precision, dtype_name, to_dtype
 from gdn_cp.ops.backends import DEFAULT_BACKEND, backend_names
@@ -89,12 +89,15 @@ class SuiteConfig:
     timeout_s: float = 600.0
     """Per case and round, in seconds: the wall-clock limit of the case (a rank stopped or stuck outside a
     collective fails the case too, naming that rank), and a few seconds more the collective timeout."""
-    results_dir: str = "results"
-    """Where `bench run` writes result files (relative to bench.yaml)."""
+    results_dir: str = "runs"
+    """Where `bench run` and `bench verify` write result files, and where `latest`, `latest~1`, ... find
+    them (bench.results.names); the new folders of compare, plot, report, history and profile go under it
+    too (relative to bench.yaml). Not results/, whose files are the committed baselines: git ignores runs/
+    (.gitignore), so a user's runs never sit beside them."""
     plots_dir: str = "plots"
     """The committed charts (relative to bench.yaml), which the README embeds. No command writes there unless
-    it is named (`bench plot RESULT --out plots`); by default `bench plot` and `bench report` write new
-    folders under results_dir."""
+    it is named (`bench plot RESULT --out plots`); by default `bench plot`, `bench report` and `bench run`
+    write new folders under results_dir."""
     scenarios_dir: str = "scenarios"
     """Where scenario names are looked up (relative to bench.yaml)."""
     default_scenario: str = "cpu-smoke"
@@ -513,6 +516,18 @@ class Case:
     def backend(self) -> str:
         """The local op the case ran on (the layer's backend, gdn_cp.ops.backends)."""
         return self.layer.backend
+
+    @property
+    def options(self) -> CPOptions:
+        """The CP options the case asks for, the one record every rank function builds its layer or model
+        with (gdn_cp.distributed.CPOptions; checkpoint None, ulysses', keeps the record's default, which a
+        mode without a summary ignores)."""
+        fields: dict[str, object] = (
+            {"checkpoint_summary": self.checkpoint} if self.checkpoint is not None else {}
+        )
+        return CPOptions(
+            mode=self.mode, layout=self.layout, overlap=self.overlap, backend=self.backend, **fields
+        )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

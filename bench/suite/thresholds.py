@@ -11,9 +11,11 @@ Resolution for a case of dtype d: the defaults (the reference PR's bf16 bars for
 the trajectory), then the top-level bars, then the bars under d (any spelling: fp32 or float32).
 
 Layer bars (the fields of gdn_cp.accuracy.Thresholds): output_max_abs, input_grad_max_abs, rel_max, rel_l2,
-param_rel_max, param_rel_l2, grad_norm_rel. Trajectory bars (`bench verify --train`): train_loss_rel (max
-over steps of |loss_cp - loss_ref| / |loss_ref|) and train_grad_norm_rel (the same for the global gradient
-norm). The reference PR reported its 100-step trajectory without bars; TRAIN_DEFAULTS are ours.
+output_rel_l2 (the output's own; rel_l2 unless set), param_rel_max, param_rel_l2, grad_norm_rel. Trajectory
+bars (`bench verify --train`): train_loss_rel (max over steps of |loss_cp - loss_ref| / |loss_ref|) and
+train_grad_norm_rel (the same for the global gradient norm); the first step's: train_first_loss_rel,
+train_first_grad_norm_rel, train_first_gdn_output_rel_l2. The reference PR reported its 100-step
+trajectory without bars; TRAIN_DEFAULTS are ours.
 """
 
 from __future__ import annotations

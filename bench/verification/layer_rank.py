@@ -1,6 +1,18 @@
-"""What every rank of a `bench verify` case runs: gdn_cp.accuracy.compare_layer_under_cp, once per seed, in
-the case's layout and, with packed documents, against the single-device layer run on each document on its
-own (outputs concatenated, gradients of the concatenation).
+"""What every rank of a `bench verify` case runs: gdn_cp.accuracy.compare_layer_under_cp, per seed, in the
+case's layout and, with packed documents, against the single-device layer run on each document on its own
+(outputs concatenated, gradients of the concatenation).
+
+Per seed, three comparisons (LayerRuns):
+
+- the check, on "state" inputs (gdn_cp.accuracy.state_inputs: decays under which the state entering a rank
+  carries a share of its output, measured per rank) on the case's sequence;
+- the same inputs packed in documents that cross every rank edge (gdn_cp.accuracy.edge_documents), for a
+  case without documents of its own: the packed path, where a boundary can be moved;
+- the reference PR's "random" inputs on the case's sequence: its table, reproduced beside the check.
+
+Then the power of the check: each mutant that applies to the case (gdn_cp.distributed.mutants) on rank 1,
+one at a time, through the first seed's packed "state" comparison (or the case's own sequence, when it
+cannot be packed).
 
 Runs inside the case's process group (a pool of `cp` local ranks, bench.launch.pool, or a torchrun job of
 cp ranks); every rank returns the same comparisons (rank 0 computes them against the full-sequence
@@ -13,9 +25,11 @@ from collections.abc import Callable, Sequence
 
 from torch.distributed import ProcessGroup
 
+from bench.results.verifications import LayerMutant, LayerRuns
 from bench.suite.config import Case
-from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp
-from gdn_cp.distributed import local_rank, resolve_platform
+from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp, edge_documents
+from gdn_cp.distributed import local_rank, mode_class, mutants, resolve_platform
+from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.layers import GatedDeltaNet
 
 LayerHook = Callable[[GatedDeltaNet], None]
@@ -31,8 +45,9 @@ def compare_on_rank(
     seeds: Sequence[int],
     layer_hook: LayerHook | None = None,
     group: ProcessGroup | None = None,
-) -> list[LayerComparison]:
-    """The case's CP layer against the reference, once per seed (forward and backward), on this rank.
+) -> LayerRuns:
+    """The case's CP layer against the reference, per seed (forward and backward), and the check's power,
+    on this rank (module docstring).
 
     Args:
         case: mode, checkpoint, cp (the group's size), seq_len, batch, dtype, layout, documents and the
@@ -42,25 +57,41 @@ def compare_on_rank(
         layer_hook: a test hook (see LayerHook)
         group: the case's process group (None: the default group, a launch of cp ranks)
     Returns:
-        One comparison per seed, identical on every rank.
+        The comparisons, identical on every rank.
     """
     platform = resolve_platform(device_kind)
     device = platform.device(local_rank())
-    return [
-        compare_layer_under_cp(
+    _, cp = group_rank_size(group)
+
+    def compare(seed: int, inputs: str, documents: Sequence[int] | None) -> LayerComparison:
+        return compare_layer_under_cp(
             case.layer,
-            mode=case.mode,
-            checkpoint_summary=bool(case.checkpoint),
+            case.options,
             seq_len=case.seq_len,
             batch=case.batch,
             seed=seed,
             device=device,
             layer_hook=layer_hook,
-            layout=case.layout,
-            documents=case.cu_seqlens(),
-            overlap=case.overlap,
+            documents=documents,
             precision=case.precision,
             group=group,
+            inputs=inputs,
         )
-        for seed in seeds
-    ]
+
+    own = case.cu_seqlens()
+    packed = None
+    if own is None and case.batch == 1 and cp > 1:
+        packed = edge_documents(case.seq_len, cp, case.layout)
+    runs = LayerRuns(inputs="state")
+    for seed in seeds:
+        runs.comparisons.append(compare(seed, "state", own))
+        if packed is not None:
+            runs.packed.append(compare(seed, "state", packed))
+        runs.reproduction.append(compare(seed, "random", own))
+    if cp > 1:
+        documents = packed if packed is not None else own
+        for mutant in mutants.applicable(mode_class(case.mode), documents is not None):
+            with mutants.mutated(mutant.name):
+                comparison = compare(seeds[0], "state", documents)
+            runs.mutants.append(LayerMutant(name=mutant.name, comparison=comparison))
+    return runs

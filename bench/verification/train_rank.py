@@ -22,13 +22,24 @@ Before step 0 every parameter of the CP model (gathered to full size under FSDP2
 reference's, bit for bit. Each step draws a new random batch (the same on every rank and for both models),
 runs forward and backward, records the global loss and the global gradient norm of both models, then steps
 AdamW on both.
+
+The check with power (`_first_step`), before the trajectory: a second pair of models from the same seed
+whose GDN layers draw "state" decays (gdn_cp.accuracy.state_inputs over the ranks' shards: the state
+entering a rank carries a share of every GDN layer's output) takes one forward and backward on the first
+batch, the reference on rank 0 and the CP model on all ranks (FirstStep: loss, gradient norm and the first GDN
+layer's output). Then each mutant that applies to
+the case (gdn_cp.distributed.mutants, on rank 1) runs the CP model's first step again on that model and on
+the trajectory's (TrainMutant), gradients cleared after each, no optimizer step: what the first-step bars
+and the trajectory's bars can catch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -36,11 +47,27 @@ from torch import nn
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from bench.results.verifications import Trajectory
+from bench.measure.gate import CaseCheckError, ran_problems
+from bench.results.verifications import FirstStep, TrainMutant, Trajectory
 from bench.suite.config import Case, TrainSettings
-from gdn_cp.distributed import Platform, all_reduce_gradients, local_rank, resolve_platform, shard_sequence
+from gdn_cp.accuracy import state_inputs
+from gdn_cp.distributed import (
+    Platform,
+    all_reduce_gradients,
+    gather_sequence,
+    local_rank,
+    mode_class,
+    mutants,
+    resolve_platform,
+    shard_sequence,
+)
 from gdn_cp.distributed.collectives import group_rank_size
+from gdn_cp.layers import GatedDeltaNet
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
+from gdn_cp.ops import ran
+
+STATE_SEED_OFFSET = 2
+"""The "state" decays of the first-step models draw from case.seed + this (batches draw from seed + 1)."""
 
 
 def hybrid_config(case: Case, settings: TrainSettings) -> Qwen35HybridConfig:
@@ -192,20 +219,13 @@ def _parallelize(
     CP (and FSDP2) in place."""
     if reduction == "fsdp2":
         mesh = _cp_mesh(platform, group, cp)
-        apply_context_parallel(
-            model, mesh, linear_attention_mode=case.mode, checkpoint_summary=bool(case.checkpoint)
-        )
+        apply_context_parallel(model, mesh, case.options)
         shard_with_fsdp2(model, mesh, cast_dtype)
         return None
     # Without FSDP2 the casts of mixed precision are made by hand: the compute copy runs under CP,
     # the fp32 master weights only take its gradients and the optimizer's steps.
     cp_cast = MixedPrecision(model, cast_dtype) if cast_dtype is not None else None
-    apply_context_parallel(
-        cp_cast.compute if cp_cast else model,
-        group,
-        linear_attention_mode=case.mode,
-        checkpoint_summary=bool(case.checkpoint),
-    )
+    apply_context_parallel(cp_cast.compute if cp_cast else model, group, case.options)
     return cp_cast
 
 
@@ -222,6 +242,55 @@ def _batch(
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
+@contextlib.contextmanager
+def _first_gdn_output(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Collects the output [B, L, hidden] (detached) of `model`'s first GDN layer, the one nearest the
+    input, in the block: where CP's and the reference's inputs are still identical, so that their outputs
+    differ by the CP layer alone (as in the layer check), not by rounding carried from earlier layers."""
+    out: list[torch.Tensor] = []
+    layer = next(m for m in model.modules() if isinstance(m, GatedDeltaNet))
+    handle = layer.register_forward_hook(lambda module, args, output: out.append(output.detach()))
+    try:
+        yield out
+    finally:
+        handle.remove()
+
+
+def _rel_l2(actual: torch.Tensor, reference: torch.Tensor) -> float:
+    """||actual - reference|| / ||reference||, in fp64 on the host."""
+    a, r = (t.detach().to("cpu", torch.float64) for t in (actual, reference))
+    return (a - r).norm().item() / max(r.norm().item(), torch.finfo(torch.float64).tiny)
+
+
+def _cp_grads(
+    model: Qwen35Hybrid,
+    cp_cast: MixedPrecision | None,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    *,
+    reduction: str,
+    group: ProcessGroup | None,
+    capture: bool = False,
+) -> tuple[float, float, torch.Tensor | None]:
+    """(global loss, global gradient norm, with `capture` the first GDN layer's output [B, T, hidden]
+    gathered, else None) of the CP model's forward and backward on this rank's shards of `batch`; the summed
+    gradients are left on `model`'s parameters."""
+    inputs, labels = batch
+    shards = shard_sequence(inputs, group), shard_sequence(labels, group)
+    running = cp_cast.compute if cp_cast else model
+    with _first_gdn_output(running) if capture else contextlib.nullcontext([]) as captured:
+        result = running(*shards)
+    assert result.loss is not None
+    result.loss.backward()
+    if cp_cast is not None:
+        cp_cast.grads_to_master()
+    if reduction == "all_reduce":
+        all_reduce_gradients(model.parameters(), group)
+    loss = result.loss.detach().float().clone()
+    dist.all_reduce(loss, group=group)  # the ranks' shares sum to the global mean
+    output = gather_sequence(captured[0], group) if capture else None
+    return loss.item(), grad_norm(model, sharded=reduction == "fsdp2", group=group), output
+
+
 def _cp_step(
     model: Qwen35Hybrid,
     cp_cast: MixedPrecision | None,
@@ -233,19 +302,7 @@ def _cp_step(
 ) -> tuple[float, float]:
     """(global loss, global gradient norm) of one step of the CP model on this rank's shards of `batch`,
     then its AdamW step."""
-    inputs, labels = batch
-    shards = shard_sequence(inputs, group), shard_sequence(labels, group)
-    result = (cp_cast.compute if cp_cast else model)(*shards)
-    assert result.loss is not None
-    result.loss.backward()
-    if cp_cast is not None:
-        cp_cast.grads_to_master()
-    if reduction == "all_reduce":
-        all_reduce_gradients(model.parameters(), group)
-    loss = result.loss.detach().float().clone()
-    dist.all_reduce(loss, group=group)  # the ranks' shares sum to the global mean
-    loss_value = loss.item()
-    norm = grad_norm(model, sharded=reduction == "fsdp2", group=group)
+    loss_value, norm, _ = _cp_grads(model, cp_cast, batch, reduction=reduction, group=group)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if cp_cast is not None:
@@ -275,6 +332,21 @@ def _floor_twin(
     return twin, cast, _adamw(twin, settings)
 
 
+def _reference_grads(
+    reference: Qwen35Hybrid, ref_cast: MixedPrecision | None, batch: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[float, float, torch.Tensor]:
+    """(loss, gradient norm, the first GDN layer's output [B, T, hidden]) of the single-rank reference's
+    forward and backward on the full `batch`; the gradients are left on `reference`'s parameters."""
+    running = ref_cast.compute if ref_cast else reference
+    with _first_gdn_output(running) as captured:
+        ref_result = running(*batch)
+    assert ref_result.loss is not None
+    ref_result.loss.backward()
+    if ref_cast is not None:
+        ref_cast.grads_to_master()
+    return ref_result.loss.detach().float().item(), grad_norm(reference, sharded=False), captured[0]
+
+
 def _reference_step(
     reference: Qwen35Hybrid,
     ref_cast: MixedPrecision | None,
@@ -283,18 +355,86 @@ def _reference_step(
 ) -> tuple[float, float]:
     """(loss, gradient norm) of one step of the single-rank reference on the full `batch`, then its AdamW
     step."""
-    ref_result = (ref_cast.compute if ref_cast else reference)(*batch)
-    assert ref_result.loss is not None
-    ref_result.loss.backward()
-    if ref_cast is not None:
-        ref_cast.grads_to_master()
-    loss = ref_result.loss.detach().float().item()
-    norm = grad_norm(reference, sharded=False)
+    loss, norm, _ = _reference_grads(reference, ref_cast, batch)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if ref_cast is not None:
         ref_cast.to_compute()
     return loss, norm
+
+
+def _mutant_grads(
+    names: list[str],
+    model: Qwen35Hybrid,
+    cp_cast: MixedPrecision | None,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    *,
+    reduction: str,
+    group: ProcessGroup | None,
+    capture: bool = False,
+) -> list[tuple[float, float, torch.Tensor | None]]:
+    """Per mutant of `names`: `_cp_grads` of the CP model on `batch` with it on; gradients cleared after."""
+    out = []
+    for name in names:
+        with mutants.mutated(name):
+            out.append(_cp_grads(model, cp_cast, batch, reduction=reduction, group=group, capture=capture))
+        model.zero_grad(set_to_none=True)
+    return out
+
+
+def _build(
+    case: Case,
+    config: Qwen35HybridConfig,
+    device: torch.device,
+    rank: int,
+    cp: int,
+    *,
+    state: bool,
+) -> tuple[Qwen35Hybrid, Qwen35Hybrid | None]:
+    """(the model every rank builds from the case's seed, rank 0's copy as the reference, else None); with
+    `state`, every GDN layer's decays redrawn as "state" inputs over the ranks' contiguous shards."""
+    torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
+    model = Qwen35Hybrid(config)
+    if state:
+        generator = torch.Generator().manual_seed(case.seed + STATE_SEED_OFFSET)
+        for layer in model.modules():
+            if isinstance(layer, GatedDeltaNet):
+                state_inputs(layer, case.seq_len // cp, generator)
+    model = model.to(device)
+    return model, (copy.deepcopy(model) if rank == 0 else None)
+
+
+def _first_step(
+    case: Case,
+    config: Qwen35HybridConfig,
+    platform: Platform,
+    group: ProcessGroup | None,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    names: list[str],
+    *,
+    reduction: str,
+    cast_dtype: torch.dtype | None,
+) -> tuple[FirstStep, list[tuple[float, float, float]]]:
+    """The first step on the "state" models (module docstring): FirstStep (the reference's numbers and the
+    first GDN layer's error are rank 0's, shared after), and per mutant of `names` the CP model's (loss, grad
+    norm, its first GDN layer's output rel-L2 against the reference's on rank 0) with it on."""
+    rank, cp = group_rank_size(group)
+    model, reference = _build(case, config, platform.device(local_rank()), rank, cp, state=True)
+    cp_cast = _parallelize(model, case, platform, group, cp=cp, reduction=reduction, cast_dtype=cast_dtype)
+    ref: tuple[float, float, torch.Tensor | None] = (0.0, 0.0, None)
+    if reference is not None:
+        ref_cast = MixedPrecision(reference, cast_dtype) if cast_dtype is not None else None
+        ref = _reference_grads(reference, ref_cast, batch)
+    runs = [_cp_grads(model, cp_cast, batch, reduction=reduction, group=group, capture=True)]
+    model.zero_grad(set_to_none=True)
+    runs += _mutant_grads(names, model, cp_cast, batch, reduction=reduction, group=group, capture=True)
+    ref_output = ref[2]
+    rel = [0.0 if ref_output is None or o is None else _rel_l2(o, ref_output) for _, _, o in runs]
+    (loss, norm, _), broken = runs[0], runs[1:]
+    first = FirstStep(
+        ref_loss=ref[0], cp_loss=loss, ref_grad_norm=ref[1], cp_grad_norm=norm, gdn_output_rel_l2=rel[0]
+    )
+    return first, [(m[0], m[1], r) for m, r in zip(broken, rel[1:], strict=True)]
 
 
 def train_on_rank(
@@ -321,14 +461,18 @@ def train_on_rank(
     device = platform.device(local_rank())
     rank, cp = group_rank_size(group)
     config = hybrid_config(case, settings)
-    torch.manual_seed(case.seed)  # module initialisers draw from the global RNG: the same weights everywhere
-    model = Qwen35Hybrid(config).to(device)
-    reference = copy.deepcopy(model) if rank == 0 else None
     compute_dtype = case.layer.dtype
     mixed = config.dtype != compute_dtype  # fp32 master weights, a lower compute dtype
-
     reduction = resolve_grad_reduction(settings.grad_reduction)
     cast_dtype = compute_dtype if mixed else None
+    generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
+    first_batch = _batch(generator, config.vocab_size, case, device)
+    names = [m.name for m in mutants.applicable(mode_class(case.mode), False)] if cp > 1 else []
+    first, first_broken = _first_step(
+        case, config, platform, group, first_batch, names, reduction=reduction, cast_dtype=cast_dtype
+    )
+
+    model, reference = _build(case, config, device, rank, cp, state=False)
     cp_cast = _parallelize(model, case, platform, group, cp=cp, reduction=reduction, cast_dtype=cast_dtype)
     checked, mismatched = _mismatched(model, reference)
     ref_cast = MixedPrecision(reference, compute_dtype) if mixed and reference is not None else None
@@ -336,10 +480,28 @@ def train_on_rank(
     ref_optimizer = _adamw(reference, settings) if reference is not None else None
     floor = _floor_twin(reference, config, compute_dtype if mixed else None, settings)
     out = Trajectory(grad_reduction=reduction, params_checked=checked, mismatched_params=mismatched)
-    generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
-    for _ in range(steps):
-        batch = _batch(generator, config.vocab_size, case, device)
-        loss, norm = _cp_step(model, cp_cast, optimizer, batch, reduction=reduction, group=group)
+    out.first = first
+    broken = _mutant_grads(names, model, cp_cast, first_batch, reduction=reduction, group=group)
+    out.mutants = [
+        TrainMutant(
+            name=name,
+            first_loss=a[0],
+            first_grad_norm=a[1],
+            first_gdn_output_rel_l2=a[2],
+            loss=b[0],
+            grad_norm=b[1],
+        )
+        for name, a, b in zip(names, first_broken, broken, strict=True)
+    ]
+    for step in range(steps):
+        batch = first_batch if step == 0 else _batch(generator, config.vocab_size, case, device)
+        with ran.recording() if step == 0 else contextlib.nullcontext() as recording:
+            loss, norm = _cp_step(model, cp_cast, optimizer, batch, reduction=reduction, group=group)
+        if step == 0:  # what the first step ran, every GDN layer, against the case (bench.measure.gate)
+            out.ran = list(recording.calls)
+            problems = ran_problems(case, recording, platform.device_type)
+            if problems:
+                raise CaseCheckError("; ".join(problems))
         out.cp_loss.append(loss)
         out.cp_grad_norm.append(norm)
         if reference is not None and ref_optimizer is not None:

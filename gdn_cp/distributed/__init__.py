@@ -1,5 +1,6 @@
-"""Context parallelism for GatedDeltaNet: platform, differentiable collectives, the mode registry (modes/),
-the communication model, and LinearAttentionContextParallel."""
+"""Context parallelism for GatedDeltaNet: platform, joining the process group on a rank (process_group),
+differentiable collectives, the mode registry (modes/), the communication model, and
+LinearAttentionContextParallel. Ranks are started by torchrun (or bench's launcher, bench.launch.local)."""
 
 from gdn_cp.distributed.collectives import (
     all_reduce_gradients,
@@ -13,28 +14,25 @@ from gdn_cp.distributed.collectives import (
 from gdn_cp.distributed.comm_stats import CommStats, count_communication
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel
 from gdn_cp.distributed.functional import cp_chunk_gated_delta_rule
-from gdn_cp.distributed.launch import (
-    RankFailure,
-    default_threads_per_rank,
-    init_rank_group,
-    local_rank,
-    local_world_size,
-    probe_devices,
-    run_on_ranks,
-    teardown_process_group,
-)
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT, LAYOUTS, Layout, ShardPlan
 from gdn_cp.distributed.modes import (
     DEFAULT_MODE,
     MODES,
     SUMMARY_MODES,
     CPMode,
+    CPOptions,
     ModeName,
     check_cp_shapes,
     mode_class,
     mode_order,
 )
 from gdn_cp.distributed.platform import DEVICES, DeviceInfo, Platform, PlatformError, resolve_platform
+from gdn_cp.distributed.process_group import (
+    init_rank_group,
+    local_rank,
+    local_world_size,
+    teardown_process_group,
+)
 from gdn_cp.distributed.sharding import check_layout_split, gather_sequence, shard_sequence
 from gdn_cp.distributed.transfers import InFlight, all_gather_stack, shift_pieces, state_chain
 
@@ -46,6 +44,7 @@ __all__ = [
     "MODES",
     "SUMMARY_MODES",
     "CPMode",
+    "CPOptions",
     "CommStats",
     "DeviceInfo",
     "InFlight",
@@ -54,7 +53,6 @@ __all__ = [
     "ModeName",
     "Platform",
     "PlatformError",
-    "RankFailure",
     "ShardPlan",
     "all_gather_stack",
     "all_reduce_gradients",
@@ -64,7 +62,6 @@ __all__ = [
     "check_layout_split",
     "count_communication",
     "cp_chunk_gated_delta_rule",
-    "default_threads_per_rank",
     "exchange_halo",
     "exchange_halos",
     "exchange_header",
@@ -74,9 +71,7 @@ __all__ = [
     "local_world_size",
     "mode_class",
     "mode_order",
-    "probe_devices",
     "resolve_platform",
-    "run_on_ranks",
     "shard_sequence",
     "shift_pieces",
     "state_chain",

@@ -26,7 +26,7 @@ from torch import nn
 from torch.distributed import ProcessGroup
 from torch.distributed.tensor import DTensor
 
-from gdn_cp.distributed import comm_stats
+from gdn_cp.distributed import comm_stats, mutants
 
 
 def group_rank_size(group: ProcessGroup | None) -> tuple[int, int]:
@@ -210,6 +210,8 @@ def exchange_halos(
         # The first piece's empty halo is still a view of what arrived, so that its backward joins the
         # exchange too.
         halos.append(torch.cat(before, dim=1) if before else received[:0].view(B, 0, D))
+    if mutants.ACTIVE is not None:  # a test's mutation of what arrived (gdn_cp.distributed.mutants)
+        halos = mutants.halos(halos, rank)
     return halos
 
 

@@ -17,7 +17,6 @@ their names and full shapes (a state_dict saved under CP loads without it); only
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
@@ -28,10 +27,8 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from gdn_cp.distributed.collectives import broadcast_module_tensors
-from gdn_cp.distributed.modes import CPOptions, check_cp_shapes, mode_class
+from gdn_cp.distributed.modes import OPTION_FIELDS, CPOptions, check_cp_shapes, mode_class
 from gdn_cp.layers import GatedDeltaNet
-
-_DEFAULTS = CPOptions()
 
 
 def as_process_group(cp_group: ProcessGroup | DeviceMesh | None) -> ProcessGroup:
@@ -80,60 +77,50 @@ def _source_rank(group: ProcessGroup, src_data_rank: int) -> int:
     return dist.get_global_rank(group, src_data_rank)
 
 
-@dataclass(slots=True, unsafe_hash=True)
 class LinearAttentionContextParallel(ParallelStyle):
     """Context parallelism for a GatedDeltaNet layer (design.md section 3), as a torch ParallelStyle.
 
-    The fields are gdn_cp.distributed.CPOptions' (the record the mode is built with: `options`), with its
-    defaults; they are fixed at construction (assigning them raises AttributeError: build another style);
-    `src_data_rank` is the one attribute `parallelize_module` sets on every call.
+    Built from one gdn_cp.distributed.CPOptions, given whole or by its fields:
+
+        LinearAttentionContextParallel(mode="p2p", checkpoint_summary=False)
+        LinearAttentionContextParallel(CPOptions(mode="scan", layout="zigzag"))
+
+    What each option does is CPOptions' to say. The options are fixed at construction (`style.options`, and
+    each field read as `style.mode`...; assigning raises AttributeError: build another style);
+    `src_data_rank` is the one attribute `parallelize_module` sets on every call: the CP group rank whose
+    parameters every rank takes (broadcast in `_apply`, so the layer computes what the single-device one
+    does), or None to keep each rank's own. `apply` never broadcasts.
     """
 
-    mode: str = _DEFAULTS.mode
-    """A name of gdn_cp.distributed.MODES: each mode's `description` says what crosses ranks; the first
-    (the default) is ulysses, all-to-all to head shards."""
-    checkpoint_summary: bool = _DEFAULTS.checkpoint_summary
-    """Modes with a summary (SUMMARY_MODES): trade time for memory (CPOptions.checkpoint_summary). No effect
-    on ulysses."""
-    layout: str = _DEFAULTS.layout
-    """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS): "contiguous" (rank r holds the
-    r-th slice, of any length) or "zigzag" (chunks r and 2 cp - 1 - r of 2 cp, full attention's
-    load-balanced layout), for the layer's input and output alike."""
-    overlap: bool = _DEFAULTS.overlap
-    """Modes with a summary, on the split path: compute the part of the outputs that does not read the
-    entering state while the summary exchange is in flight, and add the part that does when it arrives
-    (forward and backward). About one more chunk scan of work for the exchange's latency: worth it where the
-    exchange waits long (many ranks, slow links); off by default because on a fast link the extra work costs
-    more than it hides."""
-    backend: str | None = _DEFAULTS.backend
-    """The local op (gdn_cp.ops.backends); None: the layer's own (GatedDeltaNetConfig.backend)."""
-    src_data_rank: int | None = field(default=0, init=False, repr=False, compare=False)
-    """ParallelStyle's contract, set by `parallelize_module(..., src_data_rank=0)`: the CP group rank whose
-    parameters every rank takes (broadcast in `_apply`, so the layer computes what the single-device one
-    does), or None to keep each rank's own. `apply` never broadcasts."""
+    __slots__ = ("options", "src_data_rank")
 
-    def __post_init__(self) -> None:
-        self.options  # noqa: B018 (checks every field, naming the bad one)
+    def __init__(self, options: CPOptions | None = None, /, **fields: Any) -> None:
+        object.__setattr__(self, "options", CPOptions.build(options, **fields))
+        object.__setattr__(self, "src_data_rank", 0)
 
-    @property
-    def options(self) -> CPOptions:
-        """The record the mode is built with."""
-        return CPOptions(
-            mode=self.mode,
-            layout=self.layout,
-            checkpoint_summary=self.checkpoint_summary,
-            overlap=self.overlap,
-            backend=self.backend,
-        )
+    def __getattr__(self, name: str) -> Any:
+        # style.mode, style.layout, ...: the options' fields, read-only
+        if name in OPTION_FIELDS:
+            return getattr(self.options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Frozen but for src_data_rank: a frozen dataclass would refuse parallelize_module's assignment.
-        if name != "src_data_rank" and hasattr(self, name):
+        # Frozen but for src_data_rank, which parallelize_module assigns.
+        if name != "src_data_rank":
             raise AttributeError(
                 f"LinearAttentionContextParallel.{name} is read-only: build another style, e.g. "
                 f"LinearAttentionContextParallel({name}={value!r})"
             )
         object.__setattr__(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LinearAttentionContextParallel) and other.options == self.options
+
+    def __hash__(self) -> int:
+        return hash(self.options)
+
+    def __repr__(self) -> str:
+        return f"LinearAttentionContextParallel({self.options!r})"
 
     def apply(
         self,
@@ -161,8 +148,8 @@ class LinearAttentionContextParallel(ParallelStyle):
                 "linear attention TP+CP is not supported yet: apply CP without a tensor-parallel group"
             )
         _check_not_tensor_parallel(module, group)
-        executor = mode_class(self.mode)(group, self.options)
-        check_cp_shapes(self.mode, module.config, executor.size)
+        executor = mode_class(self.options.mode)(group, self.options)
+        check_cp_shapes(self.options.mode, module.config, executor.size)
         c = module.config
         device = module.in_proj_qkv.weight.device
         executor.check_backend(executor.backend(c.backend), device, c.dtype, c.chunk_size, c.head_k_dim)

@@ -10,15 +10,14 @@ the layer-level GatedDeltaNet handles) can call it in place of the single-device
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
 from gdn_cp.distributed.context_parallel import as_process_group
-from gdn_cp.distributed.modes import CPMode, CPOptions, mode_class
-from gdn_cp.ops.backends import DEFAULT_BACKEND
-
-_DEFAULTS = CPOptions()
+from gdn_cp.distributed.modes import CPOptions, mode_class
 
 
 def cp_chunk_gated_delta_rule(
@@ -34,12 +33,9 @@ def cp_chunk_gated_delta_rule(
     cu_seqlens: torch.Tensor | None = None,
     *,
     group: ProcessGroup | DeviceMesh | None = None,
-    mode: str = _DEFAULTS.mode,
-    layout: str = _DEFAULTS.layout,
-    checkpoint_summary: bool = _DEFAULTS.checkpoint_summary,
-    overlap: bool = _DEFAULTS.overlap,
-    backend: str = DEFAULT_BACKEND,
+    options: CPOptions | None = None,
     chunk_size: int = 64,
+    **fields: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """gdn_cp.ops.chunk_gated_delta_rule over the global sequence, on every rank of `group` with its shard.
 
@@ -54,11 +50,9 @@ def cp_chunk_gated_delta_rule(
         cu_seqlens: [n + 1] global document boundaries of the packed sequence (B = 1), the same on every rank;
             a document may span any number of ranks and a rank hold many
         group: the CP group (a ProcessGroup, a 1-D DeviceMesh, or None for WORLD)
-        mode: a name of gdn_cp.distributed.MODES, by default ulysses (needs Hk and Hv divisible by cp)
-        layout: "contiguous" (rank r holds the r-th slice, of any length) or "zigzag" (global chunks r and
-            2 cp - 1 - r of 2 cp, concatenated; T divisible by 2 cp), in and out
-        checkpoint_summary, overlap: for modes with a summary (gdn_cp.distributed.CPOptions, per backend)
-        backend: the local op (gdn_cp.ops.backends): gdn_cp, fla, transformers or a registered name
+        options: how CP runs (gdn_cp.distributed.CPOptions: mode, layout, checkpoint_summary, overlap,
+            backend), given whole or by its fields (`mode="p2p", backend="fla"`); the default mode is ulysses
+            (Hk and Hv divisible by cp), the default backend this package's op
         chunk_size: C
     Returns:
         o [B, L, Hv, V] this rank's output shard, as the single-device op's; the final state(s) or None.
@@ -67,7 +61,8 @@ def cp_chunk_gated_delta_rule(
     the wrong shape, a zigzag T that does not divide by 2 cp) raises the same ValueError on every rank, after
     one small header exchange and before any collective that depends on it.
     """
-    executor = _mode_executor(group, mode, layout, checkpoint_summary, overlap, backend)
+    options = CPOptions.build(options, **fields)
+    executor = mode_class(options.mode)(as_process_group(group), options)
     return executor.gated_delta_rule(
         q,
         k,
@@ -81,18 +76,3 @@ def cp_chunk_gated_delta_rule(
         cu_seqlens=cu_seqlens,
         chunk_size=chunk_size,
     )
-
-
-def _mode_executor(
-    group: ProcessGroup | DeviceMesh | None,
-    mode: str,
-    layout: str,
-    checkpoint_summary: bool,
-    overlap: bool,
-    backend: str,
-) -> CPMode:
-    """The `mode` executor on `group`'s ProcessGroup, with these options (CPOptions validates them first)."""
-    options = CPOptions(
-        mode=mode, layout=layout, checkpoint_summary=checkpoint_summary, overlap=overlap, backend=backend
-    )
-    return mode_class(mode)(as_process_group(group), options)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gdn_cp.distributed import mutants
 from gdn_cp.distributed.layout import (
     ShardPlan,
     check_zigzag_split,
@@ -205,7 +206,10 @@ def agree(local: LocalShard, rank: int, headers: Sequence[Sequence[int]]) -> Sha
 
 def plan_documents(plan: ShardPlan, cu_seqlens: torch.Tensor | None) -> list[int] | None:
     """The checked global boundaries (after `agree`, so every rank checks the same values)."""
-    return None if cu_seqlens is None else document_bounds(cu_seqlens, plan.total)
+    bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, plan.total)
+    if mutants.ACTIVE is not None:  # a test's mutation of this rank's view (gdn_cp.distributed.mutants)
+        bounds = mutants.document_bounds(bounds, plan)
+    return bounds
 
 
 def check_local_input(

@@ -7,7 +7,7 @@ A process queries an accelerator only after `set_device` chose it (`memory_info`
 `synchronize` raise otherwise): the first query of a device creates a context on it (hundreds of MiB, and
 in EXCLUSIVE_PROCESS mode the device is then taken), so a launcher that asked device 0 before its ranks
 started would hold one on every node's GPU 0 and keep rank 0 out of it. A launcher learns the devices from
-`read_devices`, run in a short-lived child (gdn_cp.distributed.launch.probe_devices).
+`read_devices`, run in a short-lived child process (bench's does: bench.launch.devices.probe_devices).
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ class Platform:
             raise PlatformError(
                 f"{what} of {self.device_type}:{'?' if index is None else index} asked before set_device "
                 "chose it in this process: that would create a context on the device; call set_device "
-                "first, or read the devices with "
-                "gdn_cp.distributed.launch.probe_devices from a launcher"
+                "first, or read the devices with read_devices in a child process from a launcher "
+                "(bench.launch.devices.probe_devices)"
             )
 
     def time_s(self, fn: Callable[[], object], calls: int = 1) -> float:
@@ -169,7 +169,7 @@ class Platform:
 
 def read_devices(platform: Platform) -> tuple[DeviceInfo, ...]:
     """Every accelerator of this host, each chosen with set_device before it is queried (a context on each:
-    run it in a process of its own, gdn_cp.distributed.launch.probe_devices); () on cpu."""
+    run it in a process of its own, as bench.launch.devices.probe_devices does); () on cpu."""
     if platform.device_type == "cpu":
         return ()
     out = []

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gdn_cp.distributed import comm_stats
+from gdn_cp.distributed import comm_stats, mutants
 from gdn_cp.distributed.collectives import PROFILER_LABEL, all_gather_single, group_rank_size
 
 POSTED_SUFFIX = ":posted"
@@ -263,11 +263,14 @@ def begin_state_chain(
     S: torch.Tensor, M: torch.Tensor, group: ProcessGroup | None = None, owners: Sequence[int] | None = None
 ) -> InFlight:
     """`state_chain`, started: wait() returns H_in [P, B, Hv, K, V]."""
-    _, size = group_rank_size(group)
+    rank, size = group_rank_size(group)
     owners = tuple(range(size)) if owners is None else tuple(owners)
     if size == 1 and len(owners) == 1:
         return InFlight.done(torch.zeros_like(S))
-    return begin(StateChain(group, owners), S, M)
+    pending = begin(StateChain(group, owners), S, M)
+    if mutants.ACTIVE is not None:  # a test's mutation of what arrives (gdn_cp.distributed.mutants)
+        pending.then(lambda h_in: mutants.entering_states(h_in, rank))
+    return pending
 
 
 def state_chain(

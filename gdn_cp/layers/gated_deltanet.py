@@ -10,6 +10,7 @@ handed to the mode, and parameters keep their names and full shapes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, Protocol
@@ -17,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch import nn
 
-from gdn_cp.dtypes import to_dtype
+from gdn_cp.dtypes import current_precision, dtype_name, to_dtype
 from gdn_cp.ops import (
     causal_conv1d,
     check_packed_batch,
@@ -25,6 +26,7 @@ from gdn_cp.ops import (
     conv_state,
     gated_rms_norm,
     gdn_gates,
+    ran,
 )
 from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend, backend_names, get_backend
 
@@ -292,7 +294,8 @@ class GatedDeltaNet(nn.Module):
         """
         if self.context_parallel is not None:
             return self.context_parallel(self, hidden_states, cu_seqlens)
-        return self._run(hidden_states, cu_seqlens, final_state=False)[0]
+        with self._call_scope(hidden_states):
+            return self._run(hidden_states, cu_seqlens, final_state=False)[0]
 
     def prefill(
         self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor | None = None
@@ -306,7 +309,8 @@ class GatedDeltaNet(nn.Module):
         """
         if self.context_parallel is not None:
             return self.context_parallel.prefill(self, hidden_states, cu_seqlens)
-        o, state = self._run(hidden_states, cu_seqlens, final_state=True)
+        with self._call_scope(hidden_states):
+            o, state = self._run(hidden_states, cu_seqlens, final_state=True)
         assert state is not None
         return o, state
 
@@ -345,6 +349,16 @@ class GatedDeltaNet(nn.Module):
             return out, None
         assert final is not None
         return out, GDNState(conv_state(p.mixed_qkv, self.config.conv_kernel_size, cu_seqlens), final)
+
+    def _call_scope(self, x: torch.Tensor) -> contextlib.AbstractContextManager[None]:
+        """Record a call on this device alone, on input `x` (gdn_cp.ops.ran: no mode; the seam notes the
+        op)."""
+        return ran.call_scope(
+            type(self).__name__,
+            chunk_size=self.config.chunk_size,
+            dtype=dtype_name(x.dtype),
+            precision=current_precision(x.device.type),
+        )
 
     def extra_repr(self) -> str:
         c = self.config

@@ -2,7 +2,7 @@
 Qwen3_5TextModel): every Gated DeltaNet layer under a gdn_cp mode, every full-attention layer under Ulysses.
 
     model = Qwen3_5ForCausalLM.from_pretrained(...)
-    apply_context_parallel_to_qwen35(model, cp_mesh, linear_attention_mode="p2p")
+    apply_context_parallel_to_qwen35(model, cp_mesh, mode="p2p")
     logits = model(input_ids=ids_shard, position_ids=global_positions_of_the_shard).logits
 
 The model keeps its weights and parameter names (a state_dict saved under CP loads without it):
@@ -33,7 +33,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 
 from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.distributed.context_parallel import LinearAttentionContextParallel, as_process_group
-from gdn_cp.distributed.modes import DEFAULT_MODE
+from gdn_cp.distributed.layout import DEFAULT_LAYOUT
+from gdn_cp.distributed.modes import CPOptions
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
 from gdn_cp.models.ulysses_attention import causal_attention, check_attention_heads
 
@@ -125,21 +126,28 @@ def use_gdn_cp_layers(model: nn.Module) -> nn.Module:
 def apply_context_parallel_to_qwen35(
     model: nn.Module,
     cp_group: ProcessGroup | DeviceMesh | None = None,
-    *,
-    linear_attention_mode: str = DEFAULT_MODE,
-    checkpoint_summary: bool = True,
+    options: CPOptions | None = None,
+    /,
+    **fields: Any,
 ) -> nn.Module:
-    """Put a transformers Qwen3.5 model under CP over `cp_group`, in place (see the module docstring).
+    """Put a transformers Qwen3.5 model under CP over `cp_group`, in place (see the module docstring), with
+    one CPOptions (given whole, or by its fields, as gdn_cp.models.apply_context_parallel).
 
     Returns the model. ValueError where the heads do not split over the group (full attention needs
-    num_attention_heads divisible by cp; GDN layers follow `linear_attention_mode`'s rules).
+    num_attention_heads divisible by cp; GDN layers follow the options' mode's rules).
     """
+    style = LinearAttentionContextParallel(CPOptions.build(options, **fields))
+    if style.options.layout != DEFAULT_LAYOUT:
+        raise ValueError(
+            f"apply_context_parallel_to_qwen35 takes contiguous shards only (its attention gathers them in "
+            f"rank order), got layout={style.options.layout!r}: use layout={DEFAULT_LAYOUT!r}, or "
+            "gdn_cp.models.Qwen35Hybrid for zigzag"
+        )
     group = as_process_group(cp_group)
     _, cp = group_rank_size(group)
     text = _text_config(model)
     if "full_attention" in text.layer_types:
         check_attention_heads(text.num_attention_heads, cp)
-    style = LinearAttentionContextParallel(mode=linear_attention_mode, checkpoint_summary=checkpoint_summary)
     for module in use_gdn_cp_layers(model).modules():
         if isinstance(module, TransformersGatedDeltaNet):
             style.apply(module, group)

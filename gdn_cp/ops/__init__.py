@@ -22,7 +22,15 @@ Every op takes (q, k, v, g, beta) in that order. Inputs in bf16/fp16 are accumul
 come back in the input dtype; fp64 stays fp64.
 """
 
-from gdn_cp.ops.affine import AffineOutputs, affine_rule, segment_maps, segments_rule
+from gdn_cp.ops.affine import (
+    AffineOutputs,
+    SegmentSummaries,
+    affine_rule,
+    outputs_in_order,
+    segment_outputs,
+    segment_summaries,
+    segments_rule,
+)
 from gdn_cp.ops.backends import (
     DEFAULT_BACKEND,
     Backend,
@@ -34,10 +42,13 @@ from gdn_cp.ops.backends import (
 from gdn_cp.ops.chunk import (
     ChunkIntermediates,
     SplitOutputs,
+    SummarisedChunks,
     chunk_gated_delta_rule,
     chunk_outputs,
+    chunk_state_maps,
     prepare_chunks,
     split_chunk_outputs,
+    summarise_chunks,
 )
 from gdn_cp.ops.conv import causal_conv1d, conv_state
 from gdn_cp.ops.documents import check_packed_batch, document_bounds, document_positions
@@ -59,7 +70,9 @@ __all__ = [
     "AffineOutputs",
     "Backend",
     "ChunkIntermediates",
+    "SegmentSummaries",
     "SplitOutputs",
+    "SummarisedChunks",
     "affine_rule",
     "apply_summary",
     "backend_names",
@@ -68,6 +81,7 @@ __all__ = [
     "chunk_gated_delta_rule",
     "chunk_gdn_flops",
     "chunk_outputs",
+    "chunk_state_maps",
     "compose_summaries",
     "conv_state",
     "document_bounds",
@@ -78,13 +92,16 @@ __all__ = [
     "gdn_state_summary",
     "get_backend",
     "l2norm",
+    "outputs_in_order",
     "pack_summary",
     "prepare_chunks",
     "recurrent_gated_delta_rule",
     "register_backend",
-    "segment_maps",
+    "segment_outputs",
+    "segment_summaries",
     "segments_rule",
     "split_chunk_outputs",
+    "summarise_chunks",
     "unpack_summary",
     "unregister_backend",
 ]

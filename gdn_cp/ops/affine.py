@@ -1,5 +1,6 @@
 """Segments of a shard as affine functions of the states entering them, through any backend op
-(gdn_cp.ops.backends): what the sequence-shard CP modes need of the local op.
+(gdn_cp.ops.backends): what the sequence-shard CP modes need of the local op when it is not gdn_cp's own
+(gdn_cp.ops.chunk.summarise_chunks is that).
 
 A segment that reads the state H_in entering it (it continues a document from an earlier piece) is computed
 at value width V + K: v_ext = [v | 0_K], entering with [0 | I] (or [its fresh state | 0], where a caller wants
@@ -9,14 +10,17 @@ apart and the last K carry the product of the token maps applied to I:
     final_ext = [S | M]            H_out = M @ H_in + S   (M = 0 for a segment that starts a document)
     o_ext     = [o_free | q_eff]   o = o_free + q_eff @ H_in
 
-A segment that starts a document needs nothing of H_in and runs at width V from its fresh state. Three uses:
+A segment that starts a document needs nothing of H_in and runs at width V from its fresh state. Two uses:
 
-- `affine_rule`: every segment so, before H_in is known; `AffineOutputs.with_entering_states` finishes the
-  outputs once it is (one call of the op per kind of segment; the outputs' state-free part is computed before
-  the exchange). gdn_cp.ops.split_chunk_outputs is the same trick inside the chunk scan.
-- `segment_maps`: only the packed [S | M] of some segments (their outputs dropped), optionally recomputed in
-  backward (torch.utils.checkpoint), then `segments_rule`: the outputs once the entering states are known, at
-  width V. Twice the op's forward work, and the memory of one call at width V.
+- `affine_rule`: the reading segments so, before H_in is known; `AffineOutputs.with_entering_states` finishes
+  the outputs once it is (one call of the op per kind of segment; the outputs' state-free part is computed
+  before the exchange). gdn_cp.ops.split_chunk_outputs is the same trick inside the chunk scan.
+- `segment_summaries`: only the packed [S | M] of some segments, from the backend's summary hook (or the
+  seam's call at V + K without a graph: gdn_cp.ops.backends.Backend.summarise), then `segment_outputs`: the
+  outputs at width V once the entering states are known. The summaries' backward is KCP's (fla.ops.cp):
+  their dS, which the exchange's backward folds from the later pieces, flows through one more call of the op
+  at width V from the entering state (dM is not read: (S, M) is used only as M H_in + S, so dM = dS H_in^T,
+  which that call applies); nothing is differentiated at width V + K.
 
 The op must be called with the same use_qk_l2norm_in_kernel as the outputs: M is the map of the normalised
 keys.
@@ -29,7 +33,6 @@ from dataclasses import dataclass
 from itertools import accumulate, pairwise
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from gdn_cp.dtypes import accumulation_dtype
 from gdn_cp.ops.backends import Backend
@@ -93,6 +96,21 @@ def _segments_call(
     return o, (None if final is None else final.reshape(B, m, *final.shape[1:]))
 
 
+def _segments_summaries(
+    backend: Backend, inputs: Sequence[torch.Tensor], spans: Sequence[tuple[int, int]], kw: dict
+) -> torch.Tensor:
+    """[B, m, Hv, K, V + K] the packed map of each token span of every batch row, in one call of
+    Backend.summarise (spans packed as `_segments_call` packs them)."""
+    B = inputs[2].shape[0]
+    if len(spans) == 1:
+        lo, hi = spans[0]
+        return backend.summarise(*(x[:, lo:hi] for x in inputs), **kw).unsqueeze(1)
+    lengths = [hi - lo for lo, hi in spans]
+    packed = [torch.cat([x[b : b + 1, lo:hi] for b in range(B) for lo, hi in spans], dim=1) for x in inputs]
+    maps = backend.summarise(*packed, cu_seqlens=_offsets(lengths * B), **kw)
+    return maps.reshape(B, len(spans), *maps.shape[1:])
+
+
 def _extended_states(carried: Sequence[bool], fresh: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """[B, m, Hv, K, V + K]: [0 | I] where carried, [fresh | 0] elsewhere (fresh [B, m, Hv, K, V] or None:
     zeros), in `like`'s dtype and device ([B, ?, Hv, K, V] gives the sizes)."""
@@ -152,7 +170,11 @@ class AffineOutputs:
         self, entering: torch.Tensor, output_final_state: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(o [B, L, Hv, V] in the op's dtype, every segment's final state [B, n, Hv, K, V] or None), given
-        entering [B, r, Hv, K, V], the state entering each reading segment."""
+        entering [B, r, Hv, K, V], the state entering each reading segment (not read where r = 0)."""
+        if not self.reading:
+            return outputs_in_order(
+                self.bounds, (), (None, None), (self.fresh_outputs, self.fresh_finals), output_final_state
+            )
         assert self.read_outputs is not None and self.read_maps is not None
         K = entering.shape[-2]
         lengths = [hi - lo for lo, hi in pairwise(self.bounds)]
@@ -167,7 +189,7 @@ class AffineOutputs:
             S, M = self.read_maps[..., :-K], self.read_maps[..., -K:]
             finals = S + M @ entering.to(S.dtype)
         read = (torch.cat(parts, dim=1), finals)
-        return _in_order(
+        return outputs_in_order(
             self.bounds, self.reading, read, (self.fresh_outputs, self.fresh_finals), output_final_state
         )
 
@@ -229,7 +251,53 @@ def affine_rule(
     return AffineOutputs(bounds, read, read_outputs, read_maps, fresh_outputs, fresh_finals)
 
 
-def segment_maps(
+@dataclass(eq=False)
+class SegmentSummaries:
+    """`segment_summaries`' result: the maps, and the states entering their segments once known (which their
+    backward reads)."""
+
+    maps: torch.Tensor
+    """[B, m, Hv, K, V + K] packed [S | M] of each segment (accumulation dtype)."""
+    entering: torch.Tensor | None = None
+    """[B, m, Hv, K, V]: set by `set_entering` after the exchange, before the backward."""
+
+    def set_entering(self, entering: torch.Tensor) -> None:
+        """The state entering each summarised segment, [B, m, Hv, K, V] (read by the backward, not
+        differentiated there: its gradient comes from the outputs)."""
+        self.entering = entering.detach()
+
+
+class _Summaries(torch.autograd.Function):
+    """The maps without a graph; backward: dS through one call of the op at width V from the entering state
+    (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, result, backend, spans, kw, q, k, v, g, beta):
+        ctx.save_for_backward(q, k, v, g, beta)
+        ctx.result, ctx.backend, ctx.spans, ctx.kw = result, backend, spans, kw
+        ctx.set_materialize_grads(False)
+        return _segments_summaries(backend, (q, k, v, g, beta), spans, kw)
+
+    @staticmethod
+    def backward(ctx, d_maps):
+        inputs = ctx.saved_tensors
+        if d_maps is None:
+            return (None,) * (4 + len(inputs))
+        if ctx.result.entering is None:
+            raise RuntimeError("segment_summaries: set_entering was not called before the backward")
+        V = inputs[2].shape[-1]
+        with torch.enable_grad():
+            needs = ctx.needs_input_grad[4:]
+            leaves = [t.detach().requires_grad_(n) for t, n in zip(inputs, needs, strict=True)]
+            _, finals = _segments_call(ctx.backend, leaves, ctx.spans, ctx.result.entering, 0, True, ctx.kw)
+            wanted = [t for t in leaves if t.requires_grad]
+            d_finals = d_maps[..., :V].to(finals.dtype)
+            found = iter(torch.autograd.grad(finals, wanted, d_finals, allow_unused=True))
+        grads = [next(found) if t.requires_grad else None for t in leaves]
+        return (None, None, None, None, *grads)
+
+
+def segment_summaries(
     backend: Backend,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -238,47 +306,54 @@ def segment_maps(
     beta: torch.Tensor,
     *,
     bounds: Sequence[int],
-    carried: Sequence[bool],
     segments: Sequence[int],
-    fresh_states: torch.Tensor | None = None,
-    recompute: bool = False,
     scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = 64,
-) -> torch.Tensor:
-    """[B, m, Hv, K, V + K] the packed [S | M] of each of `segments` (m of them): its map of its entering
-    state (M = 0 where it starts a document, S then from its fresh state), its outputs dropped.
+) -> SegmentSummaries:
+    """The packed [S | M] of each of `segments` (m of them) as a map of its entering state, from the backend's
+    summary hook or the seam (Backend.summarise), in one call, without outputs or graph. Call
+    `SegmentSummaries.set_entering` once the entering states are known: the backward runs the op at width V
+    from them (module docstring), so the maps' gradient must come from where they are used as M H_in + S.
 
-    Arguments as `affine_rule`'s; recompute: keep nothing for backward but the inputs, and run the calls
-    again there (torch.utils.checkpoint): the outputs' buffers are never kept.
+    q, k: [B, L, Hk, K];  v: [B, L, Hv, V];  g, beta: [B, L, Hv];  bounds: [n + 1] segment boundaries
+    0 < ... < L, the same in every batch row; scale, use_qk_l2norm_in_kernel, chunk_size: as the op's.
     """
     check_gdn_inputs(q, k, v, g, beta)
-    bounds = _check_segments(bounds, carried, q.shape[1])
-    spans = list(pairwise(bounds))
+    bounds = _check_segments(bounds, [False] * (len(bounds) - 1), q.shape[1])
+    spans = [(bounds[j], bounds[j + 1]) for j in segments]
     kw = {"scale": scale, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel, "chunk_size": chunk_size}
-    K = q.shape[-1]
-    reading = [j for j in segments if carried[j]]
-    fresh = [j for j in segments if not carried[j]]
+    result = SegmentSummaries(maps=torch.empty(0))
+    result.maps = _Summaries.apply(result, backend, spans, kw, q, k, v, g, beta)
+    return result
 
-    def maps(q, k, v, g, beta, states):
-        inputs, like = (q, k, v, g, beta), _state_like(v, K)
-        found = {}
-        if reading:
-            h0 = _extended_states([True] * len(reading), None, like)
-            _, final = _segments_call(backend, inputs, [spans[j] for j in reading], h0, K, True, kw)
-            found.update(zip(reading, final.unbind(1), strict=True))
-        if fresh:
-            given = None if states is None else states[:, fresh].to(like.dtype)
-            _, final = _segments_call(backend, inputs, [spans[j] for j in fresh], given, 0, True, kw)
-            found.update(
-                (j, torch.cat([S, S.new_zeros(*S.shape[:-1], K)], -1))
-                for j, S in zip(fresh, final.unbind(1), strict=True)
-            )
-        return torch.stack([found[j] for j in segments], dim=1)
 
-    # fresh_states enters the checkpointed function as an argument, so that its gradient flows.
-    args = (q, k, v, g, beta, fresh_states)
-    return checkpoint(maps, *args, use_reentrant=False) if recompute else maps(*args)
+def segment_outputs(
+    backend: Backend,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    bounds: Sequence[int],
+    segments: Sequence[int],
+    states: torch.Tensor | None,
+    output_final_state: bool = False,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The outputs of `segments` (m of them) at width V in one call of `backend`, each from its state:
+    (o [B, L_m, Hv, V] of their tokens in order, final states [B, m, Hv, K, V] or None). states:
+    [B, m, Hv, K, V] or None (zeros); other arguments as `segment_summaries`'. Put the pieces back in order
+    with `outputs_in_order`."""
+    check_gdn_inputs(q, k, v, g, beta)
+    bounds = _check_segments(bounds, [False] * (len(bounds) - 1), q.shape[1])
+    spans = [(bounds[j], bounds[j + 1]) for j in segments]
+    kw = {"scale": scale, "use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel, "chunk_size": chunk_size}
+    given = None if states is None else states.to(_state_like(v, q.shape[-1]).dtype)
+    return _segments_call(backend, (q, k, v, g, beta), spans, given, 0, output_final_state, kw)
 
 
 def segments_rule(
@@ -319,10 +394,10 @@ def segments_rule(
     if fresh:
         given = None if fresh_states is None else fresh_states[:, fresh].to(like.dtype)
         rest = _segments_call(backend, inputs, [spans[j] for j in fresh], given, 0, output_final_state, kw)
-    return _in_order(bounds, reading, read, rest, output_final_state)
+    return outputs_in_order(bounds, reading, read, rest, output_final_state)
 
 
-def _in_order(
+def outputs_in_order(
     bounds: tuple[int, ...],
     reading: Sequence[int],
     read: tuple[torch.Tensor | None, torch.Tensor | None],
@@ -330,7 +405,8 @@ def _in_order(
     output_final_state: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The outputs [B, L, ...] and final states [B, n, ...] of the segments in order, from those of the
-    reading segments (`read`: outputs of their tokens in order, finals) and of the others (`rest`)."""
+    reading segments (`read`: outputs of their tokens in order, finals; (None, None) where there are none)
+    and of the others (`rest`)."""
     lengths = [hi - lo for lo, hi in pairwise(bounds)]
     fresh = [j for j in range(len(lengths)) if j not in reading]
     read_at = _offsets([lengths[j] for j in reading])

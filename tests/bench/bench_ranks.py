@@ -10,13 +10,14 @@ import time
 
 import torch.distributed as dist
 
-from bench.measure.rank import RankResults, measure_on_rank
+from bench.measure.rank import CaseRound, RankResults, measure_on_rank
 from bench.suite.config import Case
 
 
-def failing_rank_fn(case: Case, device: str) -> RankResults:
+def failing_rank_fn(request: Case | CaseRound, device: str) -> RankResults:
     """ulysses forward: every rank raises; ulysses forward_backward: rank 1 dies; all_gather forward: rank 1
     never reaches the barrier (rank 0 times out); anything else: the real worker."""
+    case = request.case if isinstance(request, CaseRound) else request
     rank = dist.get_rank()
     if case.mode == "ulysses" and case.pass_ == "forward":
         raise RuntimeError(f"injected failure on rank {rank}")
@@ -26,7 +27,7 @@ def failing_rank_fn(case: Case, device: str) -> RankResults:
         if rank == 1:
             time.sleep(600)  # killed by the launcher once rank 0 fails
         dist.barrier()
-    return measure_on_rank(case, device)
+    return measure_on_rank(request, device)
 
 
 def built_tensors(case: Case, device: str) -> dict:
@@ -34,8 +35,7 @@ def built_tensors(case: Case, device: str) -> dict:
     from bench.measure.rank import build_pass
     from gdn_cp.distributed import resolve_platform
 
-    _, _, live = build_pass(case, resolve_platform(device))
-    *params, x, grad_output = live
+    *params, x, grad_output = build_pass(case, resolve_platform(device)).live
     return {
         "params": [p.detach().clone() for p in params],
         "x": x.detach().clone(),

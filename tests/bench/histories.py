@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.judge.history import FAILED_SUFFIX
 from bench.measure.statistics import estimate
+from bench.results.history import FAILED_SUFFIX
 from bench.results.store import RoundResult, load_result, save_result
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -1,10 +1,12 @@
 """bench on a node with only torch's usual stack: a missing dependency is one line, for every command,
-naming it and the offline install (bench.dependencies, scripts/wheelhouse.py); the tests start without
-their optional plugins."""
+naming it and the offline install (bench.dependencies, scripts/wheelhouse.py); a dependency present but
+broken (its import raises) is one line naming it and its error, wherever a command first imports it, at no
+cost to start-up; the tests start without their optional plugins."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.commands import COMMANDS
-from bench.dependencies import OFFLINE_INSTALL, REQUIRED, WHEELHOUSE
+from bench.dependencies import OFFLINE_INSTALL, REQUIRED, WHEELHOUSE, import_failure
 
 ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
@@ -62,13 +64,96 @@ def test_python_m_bench_goes_through_the_same_check():
     assert done.returncode == 1 and done.stderr.startswith("error: bench needs rich,"), done.stderr
 
 
+FIXTURE = ROOT / "tests" / "bench" / "fixtures" / "ablation.json"
+LIBOPENBLAS = "libopenblas.so.0: cannot open shared object file: No such file or directory"
+
+
+def _with_broken(tmp_path: Path, package: str, raising: str, *argv: str) -> subprocess.CompletedProcess:
+    """`python -m bench ARGV` with a `package` first on the path whose import runs `raising` (present but
+    broken, as a scipy built against a libopenblas the node lacks)."""
+    fake = tmp_path / "site" / package
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(raising + "\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+def test_a_broken_dependency_is_one_line_naming_it_and_its_error(tmp_path: Path):
+    """Issue 50: a scipy whose import raises gave 40 lines of traceback from `bench show`."""
+    done = _with_broken(tmp_path, "scipy", f"raise ImportError({LIBOPENBLAS!r})", "show", str(FIXTURE))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        f"error: bench cannot import scipy: it is installed ({tmp_path / 'site' / 'scipy'})"
+    )
+    assert (
+        f"but its import fails (ImportError: {LIBOPENBLAS}); reinstall it: pip install --force-reinstall"
+        in line
+    )
+    # --help imports no command, so neither scipy: it works as before
+    done = _with_broken(tmp_path / "help", "scipy", f"raise ImportError({LIBOPENBLAS!r})", "--help")
+    assert done.returncode == 0 and done.stderr == "" and "COMMAND" in done.stdout, done.stderr
+
+
+def test_a_broken_dependency_a_command_imports_late_is_one_line_too(tmp_path: Path):
+    """matplotlib loads only when a chart is drawn (the start-up imports keep it out): its import failing
+    there, of a package it needs, is the same one line."""
+    done = _with_broken(
+        tmp_path, "matplotlib", "import kiwisolver_gone", "plot", str(FIXTURE), "--out", "charts"
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: bench cannot import matplotlib: it is installed (")
+    assert "(ModuleNotFoundError: No module named 'kiwisolver_gone')" in line
+
+
+def test_an_import_error_of_benchs_own_code_keeps_its_traceback():
+    """Only a dependency's failure is turned into the line: bench's own import errors are bugs to fix."""
+    try:
+        import bench.no_such_module  # noqa: F401
+    except ImportError as exc:
+        assert import_failure(exc) is None
+    # a name a dependency lacks (another version of it) names the dependency
+    lacking = ImportError("cannot import name 'binomtest' from 'scipy.stats'", name="scipy.stats")
+    assert import_failure(lacking).startswith("bench cannot import scipy: it is installed (")
+
+
+def test_bench_help_imports_no_heavy_dependency():
+    """The start-up budget: `bench --help` (and the dependency check before it) imports neither torch nor
+    matplotlib nor scipy; docs/results.md gives the import counts."""
+    code = (
+        "import sys\nfrom bench.entry import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = ('torch', 'matplotlib', 'scipy', 'numpy', 'pydantic')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 def test_the_wheelhouse_takes_the_projects_requirements_but_the_nodes_own_builds():
     wheelhouse = _wheelhouse()
-    (base,) = wheelhouse.requirements(PYPROJECT, []).values()
+    base = wheelhouse.requirements(PYPROJECT, [])["requirements.txt"]
     names = [wheelhouse.requirement_name(r) for r in base]
     assert "pydantic" in names and "torch" not in names
     files = wheelhouse.requirements(PYPROJECT, ["fla", "dev"])
-    assert list(files) == ["requirements.txt", "requirements-fla.txt", "requirements-dev.txt"]
+    assert list(files) == [
+        "requirements.txt",
+        "requirements-fla.txt",
+        "requirements-dev.txt",
+        "requirements-build.txt",  # the build backend, for `pip install -e .` offline (issue 45)
+    ]
     named = {f: [wheelhouse.requirement_name(r) for r in listed] for f, listed in files.items()}
     assert named["requirements-fla.txt"] == ["fla-core"]  # installed apart from the tests' environment
     assert {"pytest-benchmark", "jsonschema"} <= set(named["requirements-dev.txt"])

@@ -382,7 +382,7 @@ def hybrid_comparison(mode: str, seq_len: int, dtype: str) -> dict[str, float]:
     tokens = torch.randint(0, config.vocab_size, (2, seq_len + 1), generator=gen)
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
 
-    apply_context_parallel(model, linear_attention_mode=mode)
+    apply_context_parallel(model, mode=mode)
     out = model(shard_sequence(inputs), shard_sequence(labels))
     out.loss.backward()
     all_reduce_gradients(model.parameters())
@@ -430,7 +430,7 @@ def transformers_qwen35_comparison(mode: str, seq_len: int) -> dict[str, float]:
     torch.manual_seed(0)
     hf = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**QWEN35_CONFIG)).double()
     ref = use_gdn_cp_layers(copy.deepcopy(hf))
-    model = apply_context_parallel_to_qwen35(copy.deepcopy(hf), linear_attention_mode=mode)
+    model = apply_context_parallel_to_qwen35(copy.deepcopy(hf), mode=mode)
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, QWEN35_CONFIG["vocab_size"], (2, seq_len), generator=gen)
     weights = torch.randn(2, seq_len, QWEN35_CONFIG["vocab_size"], generator=gen, dtype=torch.float64)
@@ -615,77 +615,6 @@ def error_messages() -> dict[str, str]:
     fresh = GatedDeltaNet(layer_config("fp64"))
     out["state_dict"] = str(fresh.load_state_dict(dt_layer.state_dict(), strict=True))
     return out
-
-
-# --- launcher failure reporting -----------------------------------------------------------------------------
-
-
-def fail(how: str) -> int:
-    """Rank 1 fails in the way named; the others wait in a collective (and see the failure second-hand)."""
-    import os
-    import signal
-
-    if dist.get_rank() == 1:
-        if how == "raise":
-            raise ValueError("rank 1 broke on purpose")
-        if how == "exit":
-            os._exit(3)
-        if how == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if how == "hang":
-            import time
-
-            time.sleep(60)
-    dist.barrier()
-    return dist.get_rank()
-
-
-def rank_and_threads() -> tuple[int, int, int]:
-    return dist.get_rank(), dist.get_world_size(), torch.get_num_threads()
-
-
-# --- what a launch listens on -----------------------------------------------------------------------------
-
-
-def _listening(pid: int) -> list[str]:
-    """The local addresses (host:port) process `pid` listens on over TCP, from /proc (Linux)."""
-    import os
-    import socket
-
-    fd_dir = f"/proc/{pid}/fd"
-    inodes = set()
-    for fd in os.listdir(fd_dir):
-        try:
-            target = os.readlink(f"{fd_dir}/{fd}")
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    found = []
-    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                local, state, inode = fields[1], fields[3], fields[9]
-                if state != "0A" or inode not in inodes:  # 0A: LISTEN
-                    continue
-                hex_addr, hex_port = local.split(":")
-                raw = bytes.fromhex(hex_addr)  # 32-bit words in host (little-endian) order
-                packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-                found.append(f"{socket.inet_ntop(family, packed)}:{int(hex_port, 16)}")
-    return found
-
-
-def listening_addresses(launcher_pid: int) -> dict[str, list[str]]:
-    """Rank 0, once every rank is connected: what the launching process (`launcher_pid`: not this rank's
-    parent, the server ranks fork from) and each rank listen on."""
-    import os
-
-    dist.barrier()
-    mine = _listening(os.getpid())
-    every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    return {"launcher": _listening(launcher_pid), "ranks": [a for addresses in every for a in addresses]}
 
 
 def every_mode_then_delay(world: int, seed: int) -> int:

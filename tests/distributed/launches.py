@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gdn_cp.distributed import run_on_ranks
+from bench.launch.local import run_on_ranks
 
 
 def per_world(run_world: Callable[[int], Any], timeout_s: float) -> Callable[[int], list[Any]]:

@@ -265,7 +265,7 @@ def hybrid_documents(world: int, mode: str, layout: str) -> dict[str, float]:
     tokens = torch.randint(0, config.vocab_size, (1, T + 1), generator=gen)
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
 
-    apply_context_parallel(model, linear_attention_mode=mode, layout=layout)
+    apply_context_parallel(model, mode=mode, layout=layout)
     cu = torch.tensor(bounds)
     out = model(shard_sequence(inputs, layout=layout), shard_sequence(labels, layout=layout), cu_seqlens=cu)
     out.loss.backward()

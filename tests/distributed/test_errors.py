@@ -35,9 +35,7 @@ def test_check_cp_shapes_names_both_head_counts() -> None:
     config = GatedDeltaNetConfig(hidden_size=8, num_k_heads=2, num_v_heads=6, head_k_dim=4, head_v_dim=4)
     with pytest.raises(ValueError, match=r"num_k_heads=2 and num_v_heads=6 .* not divisible by 4"):
         check_cp_shapes("ulysses", config, 4)
-    with pytest.raises(
-        ValueError, match=r"num_k_heads=2 \(num_k_heads=2, num_v_heads=6\) is not divisible by 3"
-    ):
+    with pytest.raises(ValueError, match=r"num_k_heads=2 is not divisible by 3 \(num_v_heads=6 is\)"):
         check_cp_shapes("ulysses", config, 3)
     check_cp_shapes("p2p", config, 4)  # sequence-shard modes keep full heads
     with pytest.raises(ValueError, match="100 tokens does not split evenly over cp=8"):

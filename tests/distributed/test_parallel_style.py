@@ -3,13 +3,21 @@ single-device model's outputs and gradients, honours src_data_rank, and keeps th
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
+
 import cp_ranks
 import pytest
 import torch
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from gdn_cp import LinearAttentionContextParallel
-from gdn_cp.models import Qwen35HybridConfig
+import gdn_cp
+from gdn_cp import CPOptions, LinearAttentionContextParallel
+from gdn_cp.accuracy import compare_layer_under_cp, compare_prefill_under_cp
+from gdn_cp.distributed import cp_chunk_gated_delta_rule
+from gdn_cp.distributed.modes import OPTION_FIELDS
+from gdn_cp.models import Qwen35HybridConfig, apply_context_parallel
+from gdn_cp.models.qwen35_transformers import apply_context_parallel_to_qwen35
 from tests.ops.helpers import tolerance
 
 WORLD = 2  # cp_ranks.run_world runs parallel_style_checks at this world size
@@ -35,8 +43,8 @@ def test_is_a_parallel_style_with_fixed_fields() -> None:
     same = LinearAttentionContextParallel(mode="p2p", checkpoint_summary=False)
     assert style == same and hash(style) == hash(same)
     assert repr(style) == (
-        "LinearAttentionContextParallel(mode='p2p', checkpoint_summary=False, layout='contiguous', "
-        "overlap=False, backend=None)"
+        "LinearAttentionContextParallel(CPOptions(mode='p2p', layout='contiguous', checkpoint_summary=False, "
+        "overlap=False, backend=None))"
     )
     with pytest.raises(AttributeError, match=r"overlap is read-only"):
         style.overlap = True  # type: ignore[misc]
@@ -80,3 +88,32 @@ def test_parallelize_module_errors_name_the_fix(ranks) -> None:
     assert messages["untouched_after_bad_src"] == "True"  # refused before the layer was changed
     for key in ("not_a_gdn_in_plan", "bad_src_data_rank", "untouched_after_bad_src"):
         assert ranks[1][key] == messages[key]
+
+
+def test_one_options_record_from_end_to_end() -> None:
+    """Issue 44: every CP surface takes one CPOptions (whole, or its fields by name) and none re-spells its
+    fields or their defaults; the defaults are written once, in CPOptions."""
+    surfaces = [
+        LinearAttentionContextParallel.__init__,
+        apply_context_parallel,
+        apply_context_parallel_to_qwen35,
+        cp_chunk_gated_delta_rule,
+        compare_layer_under_cp,
+        compare_prefill_under_cp,
+    ]
+    for surface in surfaces:
+        parameters = inspect.signature(surface).parameters
+        assert "options" in parameters, surface.__qualname__
+        assert not set(parameters) & set(OPTION_FIELDS), surface.__qualname__
+    source = "\n".join(p.read_text() for p in Path(gdn_cp.__file__).parent.rglob("*.py"))
+    # checkpoint_summary's default, None, is the backend's choice, resolved in one place
+    assert CPOptions().checkpoint_summary is None
+    assert source.count("def checkpoint_for(") == 2  # CPMode's (no summary) and SequenceShardMode's
+    style = LinearAttentionContextParallel(mode="scan", overlap=True, layout="zigzag")
+    assert style.options == CPOptions(mode="scan", overlap=True, layout="zigzag")
+    assert LinearAttentionContextParallel(style.options) == style
+    with pytest.raises(ValueError, match=r"unknown CP option 'linear_attention_mode'"):
+        CPOptions.build(None, linear_attention_mode="p2p")
+    both = r"whole \(options=CPOptions\(...\)\) or as fields \(mode\), not both"
+    with pytest.raises(ValueError, match=both):
+        CPOptions.build(CPOptions(), mode="p2p")

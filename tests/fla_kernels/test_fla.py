@@ -12,7 +12,8 @@ import fla_ranks
 import pytest
 import torch
 
-from gdn_cp.distributed import MODES, run_on_ranks
+from bench.launch.local import run_on_ranks
+from gdn_cp.distributed import MODES
 from gdn_cp.ops import get_backend, recurrent_gated_delta_rule
 from tests.ops.helpers import Shape, gdn_inputs, weighted_sum
 
@@ -49,8 +50,9 @@ def test_fla_matches_the_reference_with_states_and_every_gradient(documents) -> 
 
 def test_every_mode_runs_on_fla_across_two_ranks() -> None:
     """Outputs, final states and every gradient of cp_chunk_gated_delta_rule with backend fla: each mode,
-    checkpoint on (the recompute path) and off (the affine path), and documents across zigzag pieces with
-    states, batch 2."""
+    checkpoint on and off (FLA's KCP pair, its memory and w, u, states kept), documents across zigzag pieces
+    with states, batch 2; and FLA's op behind the seam with its summary hook (the recompute and affine
+    paths)."""
     cases = run_on_ranks(fla_ranks.run_world, 2, (2,), timeout_s=1500)[0]
     assert {mode for mode, _, _ in cases} == set(MODES)
     for key, errors in cases.items():

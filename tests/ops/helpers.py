@@ -7,12 +7,15 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from gdn_cp.ops import recurrent_gated_delta_rule
 
 
 @dataclass(frozen=True)
@@ -205,3 +208,84 @@ def weighted_sum(*tensors: torch.Tensor | None, seed: int = 7) -> torch.Tensor:
             r = torch.randn(t.shape, generator=gen, dtype=torch.float64)
             loss = loss + (t.double() * r).sum()
     return loss
+
+
+# -- two pieces through a summaries-then-outputs pair (tests/ops/test_summarised_chunks.py, tests/fla_kernels)
+
+
+def segments_of(starts: list[int], lo: int, hi: int) -> tuple[list[int], list[bool], list[int]]:
+    """Piece [lo, hi) of a sequence with documents starting at `starts`: (its segments' bounds, local; which
+    continue a document, the first piece's first one entering with a given state; each one's document)."""
+    cuts = [lo, *(s for s in starts if lo < s < hi), hi]
+    docs = [sum(s <= a for s in starts) for a in cuts[:-1]]
+    carried = [a not in starts and (a != 0) for a in cuts[:-1]]
+    carried[0] = carried[0] or lo == 0  # the first piece enters with the given state h_e
+    return [c - lo for c in cuts], carried, docs
+
+
+def reference(x, starts, h_e, fresh, T):
+    """Per document on the recurrent reference: the first from h_e, the others from their fresh state."""
+    outs, finals = [], []
+    for d, (lo, hi) in enumerate(pairwise([0, *starts, T])):
+        o, final = recurrent_gated_delta_rule(
+            *(t[:, lo:hi] for t in x),
+            initial_state=h_e if d == 0 else fresh[:, d],
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
+        outs.append(o)
+        finals.append(final)
+    return torch.cat(outs, dim=1), torch.stack(finals, dim=1)
+
+
+def two_pieces(rule, x, starts, h_e, fresh, pieces, **kw):
+    """The pieces through a summaries-then-outputs pair (gdn_cp.ops.backends.KCPRule), each entering with
+    M h + S of the one before (the exchange): the outputs, and each document's final state."""
+    outs, finals, docs, entering, V = [], [], [], h_e, x[2].shape[-1]
+    for i, (lo, hi) in enumerate(pieces):
+        bounds, carried, piece_docs = segments_of(starts, lo, hi)
+        summarise = [len(carried) - 1] if i < len(pieces) - 1 else []
+        part = rule(
+            *(t[:, lo:hi] for t in x),
+            cu_seqlens=bounds,
+            carried=carried,
+            summarised=summarise,
+            fresh_state=fresh[:, piece_docs],
+            **kw,
+        )
+        h = entering[:, None].expand(-1, len(carried), -1, -1, -1)
+        o, final = part.with_entering_states(h, output_final_state=True)
+        outs.append(o)
+        finals.extend(final.unbind(1))
+        docs.extend(piece_docs)
+        if summarise:
+            S, M = part.summaries[:, 0, ..., :V], part.summaries[:, 0, ..., V:]
+            assert not carried[-1] or M.abs().max() > 0
+            entering = M @ entering.to(M.dtype) + S  # the exchange: H_in of the next piece
+    per_document = dict(zip(docs, finals, strict=True))  # a document's last segment's
+    return torch.cat(outs, dim=1), torch.stack([per_document[d] for d in sorted(per_document)], dim=1)
+
+
+def two_pieces_against_reference(rule, shape, starts, dtype, pieces, **kw):
+    """[reference, the pair] (gdn_cp.ops.backends.KCPRule) on one sequence of `shape` with documents starting
+    at `starts`, cut into `pieces`: each a list of o, finals and the gradients (of the first piece's entering
+    state, the documents' initial states, q, k, v, g, beta) of one weighted loss (PAIR_NAMES)."""
+    results = []
+    for how in ("reference", "pair"):
+        dt = torch.float64 if how == "reference" else dtype
+        x = [t.to(dt).requires_grad_(True) for t in gdn_inputs(shape, seed=4)]
+        gen = torch.Generator().manual_seed(5)
+        h_e = 0.5 * torch.randn(*shape.state, generator=gen, dtype=torch.float64)
+        n = len(starts) + 1
+        fresh = 0.5 * torch.randn(shape.B, n, shape.Hv, shape.K, shape.V, generator=gen, dtype=torch.float64)
+        h_e, fresh = h_e.to(dt).requires_grad_(True), fresh.to(dt).requires_grad_(True)
+        if how == "reference":
+            o, finals = reference(x, starts, h_e, fresh, shape.T)
+        else:
+            o, finals = two_pieces(rule, x, starts, h_e, fresh, pieces, **kw)
+        weighted_sum(o, finals).backward()
+        results.append([o, finals, h_e.grad, fresh.grad, *(t.grad for t in x)])
+    return results
+
+
+PAIR_NAMES = ["o", "finals", "d_entering", "d_fresh", "dq", "dk", "dv", "dg", "dbeta"]

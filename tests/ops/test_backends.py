@@ -5,6 +5,10 @@ document); a user-registered op under the layer. FLA itself runs in its own envi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from helpers import Shape, assert_close_scaled, gdn_inputs, random_state, weighted_sum
@@ -133,3 +137,72 @@ def test_the_gdn_cp_backend_is_the_chunk_op() -> None:
     o, _ = get_backend("gdn_cp").rule(*x, chunk_size=8, cu_seqlens=DOCUMENTS)
     want, _ = chunk_gated_delta_rule(*x, chunk_size=8, cu_seqlens=torch.tensor(DOCUMENTS))
     assert torch.equal(o, want)
+
+
+FAKE_FLA = """\
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           cu_seqlens=None, use_qk_l2norm_in_kernel=False, **kw):
+    raise RuntimeError("the fake FLA kernel ran")
+
+
+fused_recurrent_gated_delta_rule = chunk_gated_delta_rule
+"""
+
+TRANSFORMERS_WITH_FLA = """\
+import inspect
+
+import fla.ops.gated_delta_rule as fake
+import transformers.models.qwen3_5.modeling_qwen3_5 as module
+from gdn_cp.ops.backends import get_backend
+from gdn_cp.ops.ran import qualified_name
+
+
+def cells(obj, depth=4):  # every callable behind transformers' wrappers
+    found = [obj]
+    holders = [obj, getattr(type(obj), "forward", None), getattr(obj, "__wrapped__", None)]
+    for holder in holders:
+        for cell in getattr(holder, "__closure__", None) or ():
+            if depth and callable(cell.cell_contents):
+                found += cells(cell.cell_contents, depth - 1)
+    return found
+
+
+# the premise: transformers bound FLA's name behind its own when fla imported
+assert any(c is fake.chunk_gated_delta_rule for c in cells(module.torch_chunk_gated_delta_rule))
+op = get_backend("transformers").op()
+assert inspect.isfunction(op) and not hasattr(op, "__wrapped__"), op
+print(qualified_name(op))
+"""
+
+
+def test_the_transformers_backend_is_its_torch_path_even_with_fla_importable(tmp_path) -> None:
+    """Issue 44: with `fla` importable, transformers rebinds torch_chunk_gated_delta_rule to FLA's kernel
+    (here a fake one on the path); backend "transformers" still resolves transformers' own torch function."""
+    package = tmp_path / "fla" / "ops" / "gated_delta_rule"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "fla", tmp_path / "fla" / "ops"):
+        (folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text(FAKE_FLA)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", TRANSFORMERS_WITH_FLA], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout.split()[-1] == "transformers.models.qwen3_5.modeling_qwen3_5.torch_chunk_gated_delta_rule"
+    )
+
+
+def test_what_ran_names_an_op_from_elsewhere_behind_a_name() -> None:
+    transformers = get_backend("transformers")
+    assert (
+        transformers.ran_as("transformers.models.qwen3_5.modeling_qwen3_5.torch_chunk_gated_delta_rule")
+        is None
+    )
+    line = transformers.ran_as("fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule")
+    assert line == (
+        "asked backend transformers, ran fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule: transformers "
+        "switches to FLA's kernel when fla imports; run without fla on the path, or use backend=fla"
+    )
+    assert get_backend("gdn_cp").ran_as("gdn_cp.ops.chunk.rule.chunk_gated_delta_rule") is None
+    assert get_backend("gdn_cp").ran_as("my_kernels.rule") == "asked backend gdn_cp, ran my_kernels.rule"

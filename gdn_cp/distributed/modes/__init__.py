@@ -1,7 +1,7 @@
 """The CP modes of GatedDeltaNet, and the registry that is the one place a mode's facts are read from.
 
     base.py            CPMode: the call boundary, and the facts every mode declares (summary, shape rules,
-                       communication model); how charts draw a mode is bench's (bench.render.plots)
+                       communication model); how charts draw a mode is bench's (bench.render.charts)
     sequence_shard.py  the pipeline the full-head modes share (halo, Conv1D, prepare, summary, outputs)
     ulysses.py, p2p.py, all_gather.py, scan.py   one module per mode
 
@@ -12,6 +12,7 @@ class. The order of MODE_CLASSES is the display order.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,10 +49,12 @@ class CPOptions:
     """A name of MODES; the first, ulysses, is the default everywhere (the op, the style, the configs)."""
     layout: str = DEFAULT_LAYOUT
     """How the sequence is cut over the ranks (gdn_cp.distributed.LAYOUTS), for inputs and outputs alike."""
-    checkpoint_summary: bool = True
+    checkpoint_summary: bool | None = None
     """Modes with a summary: trade time for memory. On: the least memory (the local op keeps its inputs and
-    recomputes the rest in backward); off: keep what makes the backward fastest. What each backend keeps
-    either way: SequenceShardMode.local_path."""
+    recomputes the rest in backward); off: keep what makes the backward fastest. None (the default): the
+    backend's choice, on for a backend with a summaries-then-outputs pair (gdn_cp, fla), off for another
+    (SequenceShardMode.checkpoint_for; what ran records the value applied). What each backend keeps either
+    way: SequenceShardMode.local_path."""
     overlap: bool = False
     """Modes with a summary, on the split path (SequenceShardMode.local_path): compute the outputs'
     state-free part while the summary exchange is in flight. The affine path computes every output's
@@ -60,14 +63,42 @@ class CPOptions:
     """The local op (gdn_cp.ops.backends): None takes the layer's own (GatedDeltaNetConfig.backend), or
     gdn_cp at the op level."""
 
+    @classmethod
+    def build(cls, options: CPOptions | None = None, /, **fields: object) -> CPOptions:
+        """The options every CP surface takes (the style, the model's apply_context_parallel, the op): a
+        record, or its fields by name (CPOptions(**fields)), not both. ValueError naming an unknown field."""
+        if options is not None:
+            if fields:
+                named = ", ".join(fields)
+                raise ValueError(
+                    f"pass the CP options whole (options=CPOptions(...)) or as fields ({named}), not both"
+                )
+            if not isinstance(options, CPOptions):
+                got = type(options).__name__
+                raise ValueError(f"options must be a gdn_cp.distributed.CPOptions, got {got}")
+            return options
+        unknown = [name for name in fields if name not in OPTION_FIELDS]
+        if unknown:
+            named = ", ".join(map(repr, unknown))
+            raise ValueError(f"unknown CP option {named}; the options are {', '.join(OPTION_FIELDS)}")
+        return cls(**fields)  # type: ignore[arg-type]
+
     def __post_init__(self) -> None:
         check_mode(self.mode)
         check_layout(self.layout)
-        for name in ("checkpoint_summary", "overlap"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"CPOptions.{name} must be True or False, got {getattr(self, name)!r}")
+        if self.checkpoint_summary is not None and not isinstance(self.checkpoint_summary, bool):
+            raise ValueError(
+                f"CPOptions.checkpoint_summary must be True, False or None (the backend's choice), got "
+                f"{self.checkpoint_summary!r}"
+            )
+        if not isinstance(self.overlap, bool):
+            raise ValueError(f"CPOptions.overlap must be True or False, got {self.overlap!r}")
         if self.backend is not None:
             get_backend(self.backend)
+
+
+OPTION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CPOptions))
+"""The names of the CP options, in declaration order."""
 
 
 def check_mode(mode: str) -> None:
@@ -103,15 +134,29 @@ def check_cp_shapes(
     cls = mode_class(mode)
     if isinstance(cp_size, bool) or not isinstance(cp_size, int) or cp_size < 1:
         raise ValueError(f"cp size must be a positive integer, got {cp_size!r}")
-    cls.check_shapes(config, cp_size)
+    try:
+        cls.check_shapes(config, cp_size)
+    except ValueError as exc:  # the mode's own rule; the registry knows which modes would run it
+        fits = [n for n, m in MODE_CLASSES.items() if m is not cls and _fits(m, config, cp_size)]
+        alternatives = f", or a mode that runs it: {', '.join(fits)}" if fits else ""
+        raise ValueError(f"{exc}{alternatives}") from None
     if seq_len is not None:
         check_layout_split(seq_len, cp_size, layout)
+
+
+def _fits(mode: type[CPMode], config: GatedDeltaNetConfig, cp_size: int) -> bool:
+    try:
+        mode.check_shapes(config, cp_size)
+    except ValueError:
+        return False
+    return True
 
 
 __all__ = [
     "DEFAULT_MODE",
     "MODES",
     "MODE_CLASSES",
+    "OPTION_FIELDS",
     "SUMMARY_MODES",
     "CPMode",
     "CPOptions",

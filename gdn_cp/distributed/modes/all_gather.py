@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from gdn_cp.distributed import mutants
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase
@@ -46,7 +47,10 @@ class AllGatherMode(SequenceShardMode):
 
     def begin_entering_states(self, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan) -> InFlight:
         gathering = begin_all_gather_stack(pack_summary(S, M), self.group)  # [cp, P, B, Hv, K, V + K]
-        return gathering.then(lambda gathered: self._fold(gathered, S, M, plan))
+        gathering.then(lambda gathered: self._fold(gathered, S, M, plan))
+        if mutants.ACTIVE is not None:  # a test's mutation of what arrived (gdn_cp.distributed.mutants)
+            gathering.then(lambda h_in: mutants.entering_states(h_in, self.rank))
+        return gathering
 
     def _fold(
         self, gathered: torch.Tensor, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan
@@ -60,6 +64,8 @@ class AllGatherMode(SequenceShardMode):
             slots.append(owner * per_rank + seen[owner])
             seen[owner] += 1
         ordered = gathered.flatten(0, 1).index_select(0, torch.tensor(slots, device=S.device))
+        if mutants.ACTIVE is not None:
+            ordered = mutants.ordered_summaries(ordered, plan.local_pieces[0], self.rank)
         S_all, M_all = unpack_summary(ordered, S.shape[-1])
         eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
         states = []

@@ -14,6 +14,7 @@ raise on every rank together.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -26,8 +27,9 @@ from gdn_cp.distributed.collectives import exchange_header, group_rank_size, sum
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.header import CallSignature, agree, check_local_input, header_words, plan_documents
 from gdn_cp.distributed.layout import DEFAULT_LAYOUT, ShardPlan
-from gdn_cp.dtypes import accumulation_dtype
+from gdn_cp.dtypes import accumulation_dtype, current_precision, dtype_name
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig, GDNState
+from gdn_cp.ops import ran
 from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend, get_backend
 from gdn_cp.ops.inputs import check_gdn_inputs
 
@@ -98,6 +100,12 @@ class CPMode(ABC):
         return "whole"
 
     @classmethod
+    def checkpoint_for(cls, options: CPOptions, backend: Backend) -> bool:
+        """checkpoint_summary as this mode applies it on `backend` (None resolved; the summary modes:
+        SequenceShardMode.checkpoint_for); a mode without a summary ignores it: the option, False for None."""
+        return bool(options.checkpoint_summary)
+
+    @classmethod
     def held_summaries(cls, cp_size: int) -> int:
         """Packed [S | M] summaries of other ranks this rank holds at once (memory estimates)."""
         return 0
@@ -161,7 +169,8 @@ class CPMode(ABC):
                     f"{hidden_states.placements}"
                 )
             hidden_states = hidden_states.to_local()
-        out = self.forward_shard(layer, hidden_states, cu_seqlens)
+        with self.call_scope(type(layer).__name__, hidden_states, layer.config.chunk_size):
+            out = self.forward_shard(layer, hidden_states, cu_seqlens)
         if placement is not None:
             out = DTensor.from_local(out, placement[0], placement[1], run_check=False)
         return out
@@ -180,7 +189,8 @@ class CPMode(ABC):
         cu_seqlens), the same on every rank: each rank's share of both states (zeros where another rank
         holds the tokens or heads) summed in one all-reduce, in the state dtype (the conv tokens cross it
         exactly: each slot is one rank's value plus zeros)."""
-        out, shares = self.layer_shard(layer, x, cu_seqlens, final_state=True)
+        with self.call_scope(type(layer).__name__, x, layer.config.chunk_size):
+            out, shares = self.layer_shard(layer, x, cu_seqlens, final_state=True)
         assert shares is not None
         conv, state = shares
         packed = torch.cat([conv.to(state.dtype).flatten(1), state.flatten(1)], dim=1)
@@ -188,13 +198,32 @@ class CPMode(ABC):
         conv_total, state_total = packed.split([conv[0].numel(), state[0].numel()], dim=1)
         return out, GDNState(conv_total.view_as(conv).to(conv.dtype), state_total.view_as(state))
 
+    def call_scope(
+        self, call: str, x: torch.Tensor, chunk_size: int
+    ) -> contextlib.AbstractContextManager[None]:
+        """Record this call (gdn_cp.ops.ran) on input `x`: the mode, its options as applied, the dtype it
+        computes in (x's: under mixed precision the parameters' own may differ), the device's matmul
+        precision; the local path is noted where `sharded_rule` takes it, the ops where the seam calls
+        them."""
+        return ran.call_scope(
+            call,
+            mode=self.name,
+            mode_class=ran.qualified_name(type(self)),
+            layout=self.layout,
+            checkpoint_summary=self.options.checkpoint_summary,
+            overlap=self.options.overlap,
+            chunk_size=chunk_size,
+            dtype=dtype_name(x.dtype),
+            precision=current_precision(x.device.type),
+        )
+
     def signature(self, backend: Backend, **call: object) -> CallSignature:
         """This call's CallSignature: the mode's own settings, the backend it resolved, and `call`'s fields
         (the config, dtype and options every rank must pass alike)."""
         return CallSignature(
             mode=self.name,
             layout=self.layout,
-            checkpoint_summary=self.options.checkpoint_summary,
+            checkpoint_summary=self.checkpoint_for(self.options, backend),
             overlap=self.options.overlap,
             backend=backend.name,
             **call,
@@ -303,18 +332,19 @@ class CPMode(ABC):
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
             scale=0.0 if scale is None else float(scale),
         )
-        plan, documents = self.plan_by_header(signature, q.shape[1], cu_seqlens, q.device, check)
-        o, share = self.sharded_rule(
-            plan,
-            (q, k, v, g, beta),
-            scale=scale,
-            initial_state=initial_state,
-            output_final_state=output_final_state,
-            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-            documents=documents,
-            chunk_size=chunk_size,
-            backend=backend,
-        )
+        with self.call_scope("op", q, chunk_size):
+            plan, documents = self.plan_by_header(signature, q.shape[1], cu_seqlens, q.device, check)
+            o, share = self.sharded_rule(
+                plan,
+                (q, k, v, g, beta),
+                scale=scale,
+                initial_state=initial_state,
+                output_final_state=output_final_state,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                documents=documents,
+                chunk_size=chunk_size,
+                backend=backend,
+            )
         return (o, None) if share is None else sum_with_outputs(o, share, self.group)
 
     @abstractmethod

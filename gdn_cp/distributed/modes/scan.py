@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from gdn_cp.distributed import mutants
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan, piece_owners, pieces_per_rank
 from gdn_cp.distributed.modes.base import CommCase
@@ -84,7 +85,10 @@ class ScanMode(SequenceShardMode):
         if rounds == 0:
             return InFlight.done(torch.zeros_like(S))
         first = begin_shift_pieces(pack_summary(S, M), 1, self.group, plan.owners)
-        return first.then(lambda got: self._rounds(got, S, M, plan, rounds))
+        first.then(lambda got: self._rounds(got, S, M, plan, rounds))
+        if mutants.ACTIVE is not None:  # a test's mutation of what arrived (gdn_cp.distributed.mutants)
+            first.then(lambda h_in: mutants.entering_states(h_in, self.rank))
+        return first
 
     def _rounds(
         self, got: torch.Tensor, S: torch.Tensor, M: torch.Tensor, plan: ShardPlan, rounds: int
@@ -94,6 +98,8 @@ class ScanMode(SequenceShardMode):
         eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device).expand_as(M)
         excl_S, excl_M = torch.zeros_like(S), eye  # E_v: the empty window
         mine = torch.tensor(plan.local_pieces, device=S.device).view(-1, *(1,) * (S.dim() - 1))
+        if mutants.ACTIVE is not None:
+            got = mutants.received_summaries(got, pack_summary(S, M), self.rank)
         for k in range(rounds):
             d = 2**k
             if k > 0:

@@ -39,9 +39,11 @@ from gdn_cp.ops import (
     causal_conv1d,
     conv_state,
     gdn_state_summary,
+    outputs_in_order,
     prepare_chunks,
-    segment_maps,
-    segments_rule,
+    ran,
+    segment_outputs,
+    segment_summaries,
     split_chunk_outputs,
     unpack_summary,
 )
@@ -152,25 +154,60 @@ class SequenceShardMode(CPMode):
 
     @classmethod
     def local_path(cls, options: CPOptions, backend: Backend) -> str:
-        """How this rank computes its pieces' summaries and outputs (the trade `checkpoint_summary` names):
+        """How this rank computes its pieces' summaries and outputs (the trade `checkpoint_summary` names,
+        as `checkpoint_for` resolves it). On every path a rank none of whose segments reads H_in (its pieces
+        start documents) runs at width V and takes each piece's map from its outputs' final states, and a
+        summary is taken only where a later piece reads it: at cp 2 no rank builds M, from cp 3 the middle
+        ranks do.
 
-        - "recompute" (checkpoint_summary on, the least memory): `segment_maps` (the backend op at value width
-          V + K from [0 | I], its outputs dropped, recomputed in backward), the exchange, then `segments_rule`
-          (the op at width V from H_in): what stays for backward is what one call at width V keeps;
-        - "affine" (checkpoint off): `affine_rule`, one call at width V + K whose outputs are affine in H_in,
-          before the exchange, its graph kept: no call is repeated in backward;
-        - "split" (backend gdn_cp with overlap on): gdn_cp's chunk stages apart, prepared once
-          (`prepare_chunks`, the summaries, `split_chunk_outputs` while the exchange is in flight), every
-          prepared chunk kept; with checkpoint_summary the summaries' reduction alone is recomputed.
+        A backend with a summaries-then-outputs pair (Backend.kcp: gdn_cp's chunk stages,
+        gdn_cp.ops.summarise_chunks; fla's kernels, gdn_cp.ops.backends.fla_kcp), FLA's KCP:
+        - "kcp" (checkpoint on, the default there): [S | M] of the pieces that feed a later one without
+          outputs (the chunk chain of the state), the exchange, then the outputs at width V from H_in, on one
+          intra-chunk pass; one backward at width V after KCP's pre-pass (the exchange's backward folds dS
+          from the later pieces into the leaving state's gradient). It keeps what the op alone keeps
+          (inputs, UT transforms, a state per block of chunks): ulysses' memory; the backward recomputes.
+        - "kcp-kept" (off): the same, the intermediates and chunk states kept, nothing recomputed.
+        - "split" (gdn_cp, overlap on): the chunk stages apart, `split_chunk_outputs` (a scan at width V + K)
+          while the exchange is in flight, every prepared chunk kept; with checkpoint_summary the summaries'
+          reduction alone is recomputed.
+        Another backend, through its op (gdn_cp.ops.affine):
+        - "recompute" (checkpoint on): [S | M] from its summary hook or the seam's call at V + K without a
+          graph (Backend.summarise), the exchange, the outputs in one call at width V; the summary's backward
+          is one more call at width V from H_in with dS (KCP's fold through the op's own autograd): the
+          memory of one call at width V, nothing differentiated at V + K.
+        - "affine" (off, the default there): one call at width V + K for the segments that read H_in, before
+          the exchange, its outputs affine in H_in, its graph kept: no call repeated in backward.
 
-        Measured at the reference PR's per-rank shape (2K tokens per rank, bf16, 2 gloo ranks, 2-core AMD
-        EPYC; README "Memory"): peak allocated per rank recompute ~730 MiB (ulysses ~710-740), affine ~947,
-        split ~1200; forward+backward time recompute and affine 0.73-0.80x split's, the two within 3% of each
-        other on a CPU (where a fused kernel's extra forward costs more, checkpoint off saves it).
+        Which, per mode: p2p, all_gather and scan differ only in how they form H_in from the maps (each
+        uses (S, M) only as M H_in + S), so each takes the same path. A backend with a pair computes the
+        outputs at width V after the exchange (KCP): never wider than ulysses' call, with one backward.
+        Without one, the seam's call at V + K kept (affine) costs less than the hook and two calls at V
+        (recompute), which holds less memory, and it runs before the exchange, filling the wait (p2p's last
+        rank waits cp - 1 hops), where recompute's outputs wait for it. On paper (matmul FLOPs
+        of a forward+backward, FlopCounterMode, the reference PR's per-rank shape, bf16, cp 4; first / middle
+        / last rank vs ulysses'; tests/benchmarks/cp_local_paths.py): kcp 1.01 / 1.50 / 1.01, kcp-kept 0.91 /
+        1.32 / 0.91, recompute 1.01 / 2.27 (gdn_cp's hook) or 2.45 (the seam) / 1.01, affine 1.01 / 1.94 /
+        1.94, split 2.82; fla's pair on the project's formula 1.53 for a middle rank (KCP: about 1.66).
         """
         if backend.name == DEFAULT_BACKEND and options.overlap:
             return "split"
-        return "recompute" if options.checkpoint_summary else "affine"
+        checkpoint = cls.checkpoint_for(options, backend)
+        if backend.kcp is not None:
+            return "kcp" if checkpoint else "kcp-kept"
+        return "recompute" if checkpoint else "affine"
+
+    @classmethod
+    def checkpoint_for(cls, options: CPOptions, backend: Backend) -> bool:
+        """checkpoint_summary as it applies on `backend`: the option, or where it is None (the default) the
+        backend's choice, made here only. With a summaries-then-outputs pair (Backend.kcp: gdn_cp, fla) on:
+        it keeps what the op alone keeps (ulysses' memory) for a little more work (a middle rank at cp 4 on
+        paper: 1.50x ulysses, 1.32x off, which holds 1.4x the memory). Without one off: one call at width
+        V + K kept (1.94x) costs less than the hook's summary and two calls at width V (2.27-2.45x), and
+        holds about ulysses' memory from 8K tokens per rank."""
+        if options.checkpoint_summary is not None:
+            return options.checkpoint_summary
+        return backend.kcp is not None
 
     def check_backend(self, backend, device, dtype, chunk_size, head_k_dim, scale=None) -> None:
         super().check_backend(backend, device, dtype, chunk_size, head_k_dim, scale)
@@ -201,7 +238,10 @@ class SequenceShardMode(CPMode):
         if initial_state is not None:
             starts = initial_state.unsqueeze(0) if documents is not None else initial_state.unsqueeze(1)
         path = self.local_path(self.options, backend)
-        if path != "split":
+        ran.note(local_path=path, checkpoint_summary=self.checkpoint_for(self.options, backend))
+        if path in ("kcp", "kcp-kept"):
+            o, finals = self._kcp_rule(plan, inputs, segments, starts, output_final_state, backend, path, kw)
+        elif path in ("recompute", "affine"):
             o, finals = self._backend_rule(
                 plan, inputs, segments, starts, output_final_state, backend, path, kw
             )
@@ -220,6 +260,83 @@ class SequenceShardMode(CPMode):
         )
         return o, (share[0] if documents is not None else share[:, 0])
 
+    def _exchange(
+        self, plan: ShardPlan, maps: list[torch.Tensor | None], inputs: tuple[torch.Tensor, ...], fresh
+    ) -> torch.Tensor:
+        """H_in [P, B, Hv, K, V] of this rank's pieces, from each piece's packed map [B, Hv, K, V + K] (None
+        for the global last piece, whose map reaches no other piece: zeros stand in for it)."""
+        (B, _, Hv, V), K = inputs[2].shape, inputs[0].shape[-1]
+        skipped = inputs[2].new_zeros(B, Hv, K, V + K, dtype=accumulation_dtype(inputs[2].dtype))
+        # A leaf that asks for its gradient, as the maps it stands in for would: the exchange's output then
+        # needs one too, so that its backward (a collective) runs on this rank as on the others.
+        tracked = (*inputs, fresh) if fresh is not None else inputs
+        skipped.requires_grad_(torch.is_grad_enabled() and any(t.requires_grad for t in tracked))
+        S, M = unpack_summary(torch.stack([skipped if m is None else m for m in maps]), V)
+        return self.begin_entering_states(S, M, plan).wait()
+
+    def _kcp_rule(
+        self,
+        plan: ShardPlan,
+        inputs: tuple[torch.Tensor, ...],
+        segments: list[LocalSegment],
+        starts: torch.Tensor | None,
+        output_final_state: bool,
+        backend: Backend,
+        path: str,
+        kw: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The "kcp" paths (`local_path`): the rank's tokens in one pass of the backend's pair (Backend.kcp:
+        gdn_cp.ops.summarise_chunks, gdn_cp.ops.backends.fla_kcp), the summaries of the pieces that feed a
+        later one before the exchange, the outputs after it; (o, every segment's final state
+        [B, n, Hv, K, V] or None). Where no segment reads H_in (the rank's pieces start documents), the
+        outputs come first and the maps from their final states: no summary is taken."""
+        first, last = _piece_ends(segments)
+        feeds = _feeds(plan)
+        if starts is None and not output_final_state and backend.name == DEFAULT_BACKEND:
+            # No states per document: each piece one run of chunks, the documents starting inside it resets
+            # (no padding); its M is wanted only where no document starts in it. (gdn_cp's chunk grid only.)
+            carried = [segments[f].carried for f in first]
+            bounds = [0, *itertools.accumulate(plan.local_lengths)]
+            resets = {"resets": [s.start for s in segments if not s.carried]}
+            wanted = [carried[p] and first[p] == last[p] for p in range(len(first))]
+            fresh, ends, piece_of = None, list(range(len(first))), list(range(len(first)))
+        else:
+            # Every segment in chunks of its own, entering with H_in (it continues a document) or its
+            # document's initial state; a piece's map is its last segment's (M = 0 where it is not carried).
+            carried = [s.carried for s in segments]
+            bounds = [s.start for s in segments] + [sum(plan.local_lengths)]
+            resets = {}
+            wanted = [carried[j] for j in range(len(segments))]
+            fresh, ends, piece_of = _fresh_states(segments, starts), last, [s.piece for s in segments]
+        reads = any(carried)
+        summarised = [ends[p] for p, f in enumerate(feeds) if f] if reads else []
+        rule = backend.kcp_rule()
+        ran.op_called(backend.name, rule)
+        part = rule(
+            *inputs,
+            cu_seqlens=bounds,
+            carried=carried,
+            summarised=summarised,
+            maps=[wanted[j] for j in summarised],
+            fresh_state=fresh,
+            recompute=path == "kcp",
+            **resets,
+            **kw,
+        )
+        if not reads:  # the outputs now, at width V; each piece's map [its final state | 0]
+            B, _, Hv, V = inputs[2].shape
+            none = inputs[2].new_zeros(
+                B, len(carried), Hv, inputs[0].shape[-1], V, dtype=part.summaries.dtype
+            )
+            o, finals = part.with_entering_states(none, output_final_state=True)
+            maps = [_fresh_map(finals[:, ends[p]]) if f else None for p, f in enumerate(feeds)]
+            entering = self._exchange(plan, maps, inputs, fresh)
+            return _reads(o, entering), (finals if output_final_state else None)
+        at = iter(part.summaries.unbind(1))
+        entering = self._exchange(plan, [next(at) if f else None for f in feeds], inputs, fresh)
+        index = torch.tensor(piece_of, dtype=torch.long, device=entering.device)
+        return part.with_entering_states(entering.index_select(0, index).transpose(0, 1), output_final_state)
+
     def _backend_rule(
         self,
         plan: ShardPlan,
@@ -232,81 +349,65 @@ class SequenceShardMode(CPMode):
         kw: dict,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The "affine" and "recompute" paths (`local_path`): every segment (a document inside a piece) a
-        sequence of the backend's op; (o, every segment's final state [B, n, Hv, K, V] or None).
+        sequence of the backend's op; (o, every segment's final state [B, n, Hv, K, V] or None). The segments
+        that start a document run at width V before the exchange; where none reads H_in (or the initial
+        states), the outputs depend on it through exact zeros (`_reads`)."""
+        _, last = _piece_ends(segments)
+        feeds = _feeds(plan)
+        carried = [s.carried for s in segments]
+        fresh = _fresh_states(segments, starts)
+        reading = [j for j, c in enumerate(carried) if c]
+        others = [j for j, c in enumerate(carried) if not c]
+        # The fresh segments' final states: asked for, or the map of a piece in which a document starts.
+        fresh_finals = output_final_state or any(f and not carried[last[p]] for p, f in enumerate(feeds))
+        shard = {"bounds": [s.start for s in segments] + [sum(plan.local_lengths)], **kw}
 
-        Every piece's first segment reads H_in (where it starts a document, through exact zeros: q_eff = 0
-        on the affine path, `where` on the other), so that the exchange's backward runs on every rank."""
-        pieces = sorted({s.piece for s in segments})
-        first = [min(i for i, s in enumerate(segments) if s.piece == p) for p in pieces]
-        last = [max(i for i, s in enumerate(segments) if s.piece == p) for p in pieces]
-        fresh = None
-        if starts is not None:
-            documents = torch.tensor([s.document for s in segments], device=starts.device)
-            fresh = starts.index_select(1, documents)
-        shard = {
-            "bounds": [s.start for s in segments] + [sum(plan.local_lengths)],
-            "carried": [s.carried for s in segments],
-            "fresh_states": fresh,
-            **kw,
-        }
+        def piece_states(entering: torch.Tensor, ids: list[int]) -> torch.Tensor:
+            """[B, len(ids), Hv, K, V]: H_in of the piece of each segment of ids."""
+            index = torch.tensor([segments[j].piece for j in ids], dtype=torch.long, device=entering.device)
+            return entering.index_select(0, index).transpose(0, 1)
+
         if path == "affine":
-            return self._affine_rule(plan, inputs, first, last, output_final_state, backend, shard)
-        return self._recompute_rule(
-            plan, inputs, segments, first, last, output_final_state, backend, shard, kw
-        )
+            affine = affine_rule(
+                backend, *inputs, carried=carried, fresh_states=fresh, finals=fresh_finals, **shard
+            )
+            maps = [affine.summary(last[p]) if f else None for p, f in enumerate(feeds)]
+            entering = self._exchange(plan, maps, inputs, fresh)
+            o, finals = affine.with_entering_states(piece_states(entering, reading), output_final_state)
+            return _reads(o, None if reading else entering, None if others else fresh), finals
 
-    def _affine_rule(
-        self,
-        plan: ShardPlan,
-        inputs: tuple[torch.Tensor, ...],
-        first: list[int],
-        last: list[int],
-        output_final_state: bool,
-        backend: Backend,
-        shard: dict,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The "affine" path: (o, every segment's final state [B, n, Hv, K, V] or None)."""
-        affine = affine_rule(
-            backend,
-            *inputs,
-            reading=first,
-            finals=output_final_state or any(j not in first for j in last),
-            **shard,
-        )
-        S, M = unpack_summary(torch.stack([affine.summary(j) for j in last]), inputs[2].shape[-1])
-        entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
-        return affine.with_entering_states(entering.transpose(0, 1), output_final_state)
-
-    def _recompute_rule(
-        self,
-        plan: ShardPlan,
-        inputs: tuple[torch.Tensor, ...],
-        segments: list[LocalSegment],
-        first: list[int],
-        last: list[int],
-        output_final_state: bool,
-        backend: Backend,
-        shard: dict,
-        kw: dict,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The "recompute" path: (o, every segment's final state [B, n, Hv, K, V] or None)."""
-        fresh = shard["fresh_states"]
-        packed = _piece_maps(plan, inputs, last, fresh, backend, shard)
-        S, M = unpack_summary(packed, inputs[2].shape[-1])
-        entering = self.begin_entering_states(S, M, plan).wait()  # [P, B, Hv, K, V]
-        # Each piece's first segment enters with H_in where it continues a document, through `where` always.
-        carried = torch.tensor([segments[j].carried for j in first], device=S.device).view(-1, 1, 1, 1, 1)
-        given = torch.zeros_like(entering) if fresh is None else fresh[:, first].transpose(0, 1).to(S.dtype)
-        return segments_rule(
-            backend,
-            *inputs,
-            bounds=shard["bounds"],
-            reading=first,
-            entering=torch.where(carried, entering, given).transpose(0, 1),
-            fresh_states=fresh,
-            output_final_state=output_final_state,
-            **kw,
-        )
+        rest = (None, None)
+        if others:  # before the exchange: they need nothing of it
+            states = None if fresh is None else fresh[:, others]
+            rest = segment_outputs(
+                backend, *inputs, segments=others, states=states, output_final_state=fresh_finals, **shard
+            )
+        hooked = [last[p] for p, f in enumerate(feeds) if f and carried[last[p]]]
+        pending = segment_summaries(backend, *inputs, segments=hooked, **shard) if hooked else None
+        maps = []
+        for p, f in enumerate(feeds):
+            j = last[p]
+            if not f:
+                maps.append(None)
+            elif carried[j]:
+                maps.append(pending.maps[:, hooked.index(j)])
+            else:  # a document starts in the piece: its map is [its last segment's final state | 0]
+                maps.append(_fresh_map(rest[1][:, others.index(j)]))
+        entering = self._exchange(plan, maps, inputs, fresh)
+        if pending is not None:
+            pending.set_entering(piece_states(entering, hooked))
+        read = (None, None)
+        if reading:
+            read = segment_outputs(
+                backend,
+                *inputs,
+                segments=reading,
+                states=piece_states(entering, reading),
+                output_final_state=output_final_state,
+                **shard,
+            )
+        o, finals = outputs_in_order(tuple(shard["bounds"]), reading, read, rest, output_final_state)
+        return _reads(o, None if reading else entering, None if others else fresh), finals
 
     def _split_rule(
         self, plan: ShardPlan, inputs: tuple[torch.Tensor, ...], segments: list[LocalSegment], kw: dict
@@ -315,6 +416,7 @@ class SequenceShardMode(CPMode):
         the documents inside a piece share chunks (resets), with no padding."""
         at = [0, *itertools.accumulate(plan.local_lengths)]
         resets = [s.start for s in segments if not s.carried]
+        ran.op_called(DEFAULT_BACKEND, prepare_chunks)  # gdn_cp's stages, not the seam's one call
         chunks = prepare_chunks(*inputs, cu_seqlens=at, resets=resets, **kw)
         summaries = [
             gdn_state_summary(chunks, checkpoint_summary=self.options.checkpoint_summary, segment=piece)
@@ -339,6 +441,7 @@ class SequenceShardMode(CPMode):
         chunks of its own, entering with H_in (it continues a document) or its document's initial state,
         leaving with its final state: (o, every segment's final state [B, n, Hv, K, V] or None)."""
         local_bounds = [s.start for s in segments] + [sum(plan.local_lengths)]
+        ran.op_called(DEFAULT_BACKEND, prepare_chunks)
         chunks = prepare_chunks(*inputs, cu_seqlens=local_bounds, **kw)
         S, M = self._piece_summaries(chunks, segments, starts)
         pending = self.begin_entering_states(S, M, plan)
@@ -371,25 +474,52 @@ class SequenceShardMode(CPMode):
         return torch.stack(S_all), torch.stack(M_all)
 
 
-def _piece_maps(
-    plan: ShardPlan,
-    inputs: tuple[torch.Tensor, ...],
-    last: list[int],
-    fresh: torch.Tensor | None,
-    backend: Backend,
-    shard: dict,
-) -> torch.Tensor:
-    """Each piece's packed map [P, B, Hv, K, V + K] (`segment_maps` of its last segment, recomputed)."""
-    # The global last piece's map reaches no other piece: zeros stand in for it (no call, no recompute).
-    needed = [j for p, j in zip(plan.local_pieces, last, strict=True) if p < len(plan.owners) - 1]
-    maps = segment_maps(backend, *inputs, segments=needed, recompute=True, **shard) if needed else None
-    (B, _, Hv, V), K = inputs[2].shape, inputs[0].shape[-1]
-    skipped = inputs[2].new_zeros(B, Hv, K, V + K, dtype=accumulation_dtype(inputs[2].dtype))
-    # A leaf that asks for its gradient, as the maps it stands in for would: the exchange's output then
-    # needs one too, so that its backward (a collective) runs on this rank as on the others.
-    tracked = (*inputs, fresh) if fresh is not None else inputs
-    skipped.requires_grad_(torch.is_grad_enabled() and any(t.requires_grad for t in tracked))
-    return torch.stack([maps[:, needed.index(j)] if j in needed else skipped for j in last])
+def _piece_ends(segments: list[LocalSegment]) -> tuple[list[int], list[int]]:
+    """(the first segment, the last segment) of each of this rank's pieces, in the pieces' order."""
+    pieces = sorted({s.piece for s in segments})
+    first = [min(i for i, s in enumerate(segments) if s.piece == p) for p in pieces]
+    last = [max(i for i, s in enumerate(segments) if s.piece == p) for p in pieces]
+    return first, last
+
+
+def _feeds(plan: ShardPlan) -> list[bool]:
+    """Per piece of this rank: whether a later piece reads its map (every piece but the global last)."""
+    return [p < len(plan.owners) - 1 for p in plan.local_pieces]
+
+
+def _fresh_map(final: torch.Tensor) -> torch.Tensor:
+    """[B, Hv, K, V + K] the packed map [S | 0] of a piece in which a document starts: S its final state."""
+    return torch.cat([final, final.new_zeros(*final.shape[:-1], final.shape[-2])], dim=-1)
+
+
+def _fresh_states(segments: list[LocalSegment], starts: torch.Tensor | None) -> torch.Tensor | None:
+    """[B, n, Hv, K, V]: the initial state of each segment's document (what a segment that starts it enters
+    with), from the documents' [B, n_docs, Hv, K, V]; None without initial states."""
+    if starts is None:
+        return None
+    return starts.index_select(1, torch.tensor([s.document for s in segments], device=starts.device))
+
+
+class _Reads(torch.autograd.Function):
+    """o unchanged, with more tensors in its graph: their gradients are exact zeros (o does not read them)."""
+
+    @staticmethod
+    def forward(ctx, o, *tensors):
+        ctx.shapes = [(t.shape, t.dtype, t.device) for t in tensors]
+        return o.view_as(o)
+
+    @staticmethod
+    def backward(ctx, d_o):
+        return d_o, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.shapes)
+
+
+def _reads(o: torch.Tensor, *tensors: torch.Tensor | None) -> torch.Tensor:
+    """o, made to depend through exact zeros on tensors the rank's segments do not read: the exchange's H_in
+    (a collective's backward is a collective, so the exchange's must run here as on the other ranks), the
+    documents' initial states (whose gradient is then zeros here, not None: partial on each rank, like a
+    parameter's)."""
+    tracked = [t for t in tensors if t is not None and t.requires_grad]
+    return _Reads.apply(o, *tracked) if tracked else o
 
 
 def _convolve_piece(

@@ -18,14 +18,17 @@ shards may then differ in length from call to call and from rank to rank.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from gdn_cp.distributed import mutants
 from gdn_cp.distributed.collectives import all_to_all
 from gdn_cp.distributed.comm_stats import Volume, add_volume
 from gdn_cp.distributed.layout import ShardPlan
 from gdn_cp.distributed.modes.base import CommCase, CPMode
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig
-from gdn_cp.ops import causal_conv1d, conv_state
+from gdn_cp.ops import causal_conv1d, conv_state, ran
 from gdn_cp.ops.backends import Backend
 
 
@@ -36,16 +39,16 @@ class UlyssesMode(CPMode):
 
     @classmethod
     def check_shapes(cls, config: GatedDeltaNetConfig, cp_size: int) -> None:
-        bad = [
-            f"{name}={n}"
-            for name, n in (("num_k_heads", config.num_k_heads), ("num_v_heads", config.num_v_heads))
-            if n % cp_size
-        ]
+        heads = (("num_k_heads", config.num_k_heads), ("num_v_heads", config.num_v_heads))
+        bad = [f"{name}={n}" for name, n in heads if n % cp_size]
         if bad:
+            other = [f" ({name}={n} is)" for name, n in heads if not n % cp_size]
+            common = math.gcd(config.num_k_heads, config.num_v_heads)
+            fits = ", ".join(str(d) for d in range(1, common + 1) if common % d == 0)
             raise ValueError(
                 f"ulysses shards heads over cp={cp_size} ranks, but {' and '.join(bad)} "
-                f"(num_k_heads={config.num_k_heads}, num_v_heads={config.num_v_heads}) is not divisible by "
-                f"{cp_size}; choose a cp that divides both, or mode p2p / all_gather"
+                f"{'is' if len(bad) == 1 else 'are'} not divisible by {cp_size}{''.join(other)}; choose a cp "
+                f"that divides both ({fits})"
             )
 
     @classmethod
@@ -78,9 +81,10 @@ class UlyssesMode(CPMode):
         """[B, T, h, V] in global order -> [B, L, cp * h, V] this rank's shard, every head."""
         order = plan.rank_order(o.device)
         o = o if order is None else o.index_select(1, order)
-        return all_to_all(
-            o, scatter_dim=1, gather_dim=2, group=self.group, scatter_sizes=plan.shard_lengths()
-        )
+        out = all_to_all(o, scatter_dim=1, gather_dim=2, group=self.group, scatter_sizes=plan.shard_lengths())
+        if mutants.ACTIVE is not None:  # a test's mutation of what arrived (gdn_cp.distributed.mutants)
+            out = mutants.returned_outputs(out, self.rank, self.size)
+        return out
 
     def layer_shard(
         self, layer: GatedDeltaNet, x: torch.Tensor, cu_seqlens: torch.Tensor | None, final_state: bool
@@ -89,6 +93,7 @@ class UlyssesMode(CPMode):
         B, L, _ = x.shape
         signature = self.layer_signature(c, x, final_state)
         plan, bounds = self.plan_by_header(signature, L, cu_seqlens, x.device, self.layer_check(layer, x))
+        ran.note(local_path=self.local_path(self.options, self.backend(c.backend)))
         hk, hv = c.num_k_heads // cp, c.num_v_heads // cp
         kd, vd = hk * c.head_k_dim, hv * c.head_v_dim  # local q/k and v channels
         p = layer.project(x)
@@ -166,6 +171,7 @@ class UlyssesMode(CPMode):
         chunk_size: int,
         backend: Backend,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ran.note(local_path=self.local_path(self.options, backend))
         q, k, v, g, beta = inputs
         cp, r = self.size, self.rank
         B, L, Hk, K = k.shape

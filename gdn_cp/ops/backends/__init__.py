@@ -4,6 +4,8 @@ FLA's Triton kernels, transformers' torch fallback, or a user's op of FLA's sign
     registry.py        Backend (what an op supports, and `rule`, which checks, adapts and calls it), the
                        registry (`get_backend`, `register_backend`) and the built-in entries
     fla.py             FLA's op, loaded on first use; interpreter.py lets it run under TRITON_INTERPRET=1
+    fla_summary.py     FLA's summary hook ([S | M] from its intra pass and KCP kernel)
+    fla_kcp.py         FLA's summaries-then-outputs pair (KCP through its forward and backward pieces)
     torch_fallback.py  transformers' torch_chunk_gated_delta_rule
 """
 
@@ -12,7 +14,9 @@ from gdn_cp.ops.backends.registry import (
     BUILT_IN,
     DEFAULT_BACKEND,
     Backend,
+    KCPRule,
     RuleOp,
+    SummaryOp,
     add_backend,
     backend_names,
     get_backend,
@@ -25,7 +29,9 @@ __all__ = [
     "DEFAULT_BACKEND",
     "Backend",
     "InterpreterSupportError",
+    "KCPRule",
     "RuleOp",
+    "SummaryOp",
     "add_backend",
     "backend_names",
     "get_backend",

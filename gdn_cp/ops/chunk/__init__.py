@@ -15,7 +15,8 @@ tuples (`intermediates`: ChunkInputs, Prepared; their gradients under the same n
 - `scan` (stage 2): intermediates and an entering state -> outputs and the leaving state;
 - `rule`: both in one Function, block by block (`chunk_gated_delta_rule`, the fused op);
 - `pieces`: the stages apart for context parallelism (`prepare_chunks`, `chunk_outputs`,
-  `split_chunk_outputs`).
+  `split_chunk_outputs`, `summarise_chunks`);
+- `deferred`: summaries without outputs, then the outputs with one backward at width V (FLA's KCP).
 
 Segments (packed documents, cu_seqlens; gdn_cp.ops.documents): every segment is cut into chunks of its own,
 so the chunk math above is unchanged; without cu_seqlens the whole sequence is one segment. Every Python loop
@@ -24,7 +25,15 @@ backward.
 """
 
 from gdn_cp.ops.chunk.intermediates import ChunkIntermediates
-from gdn_cp.ops.chunk.pieces import SplitOutputs, chunk_outputs, prepare_chunks, split_chunk_outputs
+from gdn_cp.ops.chunk.pieces import (
+    SplitOutputs,
+    SummarisedChunks,
+    chunk_outputs,
+    chunk_state_maps,
+    prepare_chunks,
+    split_chunk_outputs,
+    summarise_chunks,
+)
 from gdn_cp.ops.chunk.rule import BACKWARD_BLOCK, FORWARD_BLOCK, chunk_gated_delta_rule
 
 __all__ = [
@@ -32,8 +41,11 @@ __all__ = [
     "FORWARD_BLOCK",
     "ChunkIntermediates",
     "SplitOutputs",
+    "SummarisedChunks",
     "chunk_gated_delta_rule",
     "chunk_outputs",
+    "chunk_state_maps",
     "prepare_chunks",
     "split_chunk_outputs",
+    "summarise_chunks",
 ]

@@ -2,6 +2,8 @@
 per rank), then the outputs when the entering states are known (`chunk_outputs`, stage 2), or split so that
 most of stage 2 runs while they are in flight (`split_chunk_outputs`, finished by
 `SplitOutputs.with_entering_states`). A rank prepares once, summarises (gdn_cp.ops.summary), and scans.
+`summarise_chunks` is the other way: the summaries of some segments without outputs, then the outputs at
+width V with one backward (gdn_cp.ops.chunk.deferred, FLA's KCP).
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
-from gdn_cp.ops.chunk.intermediates import ChunkIntermediates, Prepared
+from gdn_cp.ops.chunk.deferred import (
+    FusedOutputs,
+    FusedSummary,
+    Link,
+    PreparedOutputs,
+    PreparedSummary,
+    fused_summaries,
+)
+from gdn_cp.ops.chunk.intermediates import ChunkInputs, ChunkIntermediates, Prepared
 from gdn_cp.ops.chunk.layout import (
     check_resets,
     check_state_shape,
@@ -22,7 +32,7 @@ from gdn_cp.ops.chunk.layout import (
 )
 from gdn_cp.ops.chunk.prepare import PrepareChunks, check_chunk_size
 from gdn_cp.ops.chunk.scan import ChunkScan
-from gdn_cp.ops.documents import ChunkGrid, document_bounds
+from gdn_cp.ops.documents import ChunkGrid, check_packed_batch, document_bounds
 from gdn_cp.ops.inputs import check_gdn_inputs
 
 
@@ -189,3 +199,144 @@ def split_chunk_outputs(
         grid=grid,
         per_segment=chunks.per_segment,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SummarisedChunks:
+    """The packed maps [S | M] of some segments, taken before the states entering the segments are known, and
+    what computes the outputs once they are (`with_entering_states`), with one backward at width V
+    (gdn_cp.ops.chunk.deferred: FLA's KCP in the chunk stages). From `summarise_chunks`."""
+
+    summaries: torch.Tensor
+    """[B, m, Hv, K, V + K] in the accumulation dtype: each summarised segment's map of its entering state
+    (M = 0 where it was not wanted, S then from the segment's fresh state)."""
+    inputs: tuple[torch.Tensor, ...]
+    """What the outputs' Function takes: the chunked inputs (recompute) or the prepared intermediates."""
+    fresh: torch.Tensor | None
+    """[B, Hk, G, n, K, V]: what the segments that are not carried enter with (None: zeros)."""
+    link: Link
+    recompute: bool
+    seq_len: int
+    dtype: torch.dtype
+
+    def with_entering_states(
+        self, entering: torch.Tensor, output_final_state: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(o [B, T, Hv, V] in the inputs' dtype, each segment's final state [B, n, Hv, K, V] or None), given
+        entering [B, n, Hv, K, V]: the state entering each carried segment (ignored at the others, whose
+        gradient it gets as exact zeros, so that it stays in the graph)."""
+        like = self.inputs[3] if not self.recompute else self.inputs[2]  # U or v: [B, Hk, G, N, C, V]
+        n, K = self.link.grid.num_segments, entering.shape[-2]
+        h = segment_states(entering, like, n, K)
+        base = torch.zeros_like(h) if self.fresh is None else self.fresh
+        h_start = torch.where(self.link.carried_mask(h.device), h, base)
+        function = FusedOutputs if self.recompute else PreparedOutputs
+        o, final = function.apply(*self.inputs, h_start, self.link)
+        final = segment_results(final, per_segment=True) if output_final_state else None
+        return outputs(o, self.seq_len, self.link.grid, self.dtype), final
+
+
+def summarise_chunks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    cu_seqlens: Sequence[int],
+    carried: Sequence[bool],
+    summarised: Sequence[int],
+    maps: Sequence[bool] | None = None,
+    resets: Sequence[int] = (),
+    fresh_state: torch.Tensor | None = None,
+    recompute: bool = True,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int = 64,
+) -> SummarisedChunks:
+    """The packed [S | M] of the `summarised` segments, without their outputs, and the outputs to follow once
+    the entering states are known (SummarisedChunks.with_entering_states): FLA's KCP in the chunk stages
+    (gdn_cp.ops.chunk.deferred). Its backward is one backward at width V, after KCP's pre-pass: the gradient
+    of the summaries is read as dS only (dM = dS H_in^T, which holds wherever (S, M) is used as M H_in + S).
+
+    Args:
+        q, k: [B, T, Hk, K];  v: [B, T, Hv, V];  g, beta: [B, T, Hv]
+        cu_seqlens: [n + 1] segment boundaries 0 < ... < T, the same in every batch row; each segment in
+            chunks of its own
+        carried: [n] which segments enter with the state given to with_entering_states (the others with
+            fresh_state)
+        summarised: the segments whose map is taken, in the order of `summaries`
+        maps: per summarised segment, whether its M is wanted (a chain at width V + K from [0 | I]); else
+            M = 0 and S is its leaving state from its fresh state (width V). Default: where carried
+        resets: token positions where the state restarts inside a segment (documents without states of
+            their own; a summarised segment with one inside must not ask for M, which is 0)
+        fresh_state: [B, n, Hv, K, V] what the segments that are not carried enter with; None: zeros
+        recompute: keep what the fused op keeps and recompute the rest in backward (less memory); else keep
+            the prepared intermediates and the chunk states (less work)
+        scale, use_qk_l2norm_in_kernel, chunk_size: as the op's
+    """
+    check_gdn_inputs(q, k, v, g, beta)
+    check_chunk_size(chunk_size)
+    bounds = document_bounds(cu_seqlens, q.shape[1])
+    n = len(bounds) - 1
+    if len(carried) != n:
+        raise ValueError(f"{len(carried)} carried flags for {n} segments: give one per segment")
+    maps = tuple(carried[j] for j in summarised) if maps is None else tuple(maps)
+    if len(maps) != len(summarised):
+        raise ValueError(f"{len(maps)} maps flags for {len(summarised)} summarised segments: give one each")
+    check_resets(resets, q.shape[1])
+    x = chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds, resets)
+    link = Link(x.grid, tuple(bool(c) for c in carried), tuple(summarised), maps)
+    K = q.shape[-1]
+    fresh = None
+    if fresh_state is not None:
+        check_state_shape(fresh_state, (q.shape[0], n, v.shape[2], K, v.shape[3]), "[B, n, Hv, K, V]")
+        fresh = segment_states(fresh_state, x.v, n, K)
+    q_c, k_c, v_c, gamma, beta_c = x.inputs()
+    chunked = (q_c.contiguous(), k_c.contiguous(), v_c, gamma, beta_c)
+    if recompute:
+        inputs = chunked
+        packed = FusedSummary.apply(*inputs, fresh, link) if summarised else None
+    else:
+        inputs = tuple(PrepareChunks.apply(*chunked, x.grid.masks))
+        packed = PreparedSummary.apply(*inputs, fresh, link) if summarised else None
+    if packed is None:
+        B, Hv, V = q.shape[0], v.shape[2], v.shape[3]
+        summaries = x.v.new_zeros(B, 0, Hv, K, V + K)
+    else:
+        summaries = segment_results(packed, per_segment=True)
+    return SummarisedChunks(summaries, inputs, fresh, link, recompute, x.seq_len, q.dtype)
+
+
+def chunk_state_maps(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    cu_seqlens: torch.Tensor | Sequence[int] | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    chunk_size: int = 64,
+) -> torch.Tensor:
+    """Backend gdn_cp's summary hook (gdn_cp.ops.backends.SummaryOp): the packed map [S | M] of each
+    sequence, the chunk chain of the state at width V + K from [0 | I] block by block over the prepared
+    intermediates (gdn_cp.ops.chunk.deferred), no output scan and no graph.
+
+    Shapes as `chunk_gated_delta_rule`'s (cu_seqlens: B = 1); returns [N, Hv, K, V + K] in the accumulation
+    dtype, N = B or the n sequences of cu_seqlens.
+    """
+    check_gdn_inputs(q, k, v, g, beta)
+    check_chunk_size(chunk_size)
+    bounds = None
+    if cu_seqlens is not None:
+        check_packed_batch(q.shape[0])
+        bounds = document_bounds(cu_seqlens, q.shape[1])
+    with torch.no_grad():
+        x = chunked_inputs(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel, chunk_size, bounds)
+        n = x.grid.num_segments
+        link = Link(x.grid, (True,) * n, tuple(range(n)), (True,) * n)
+        q_c, k_c, *rest = x.inputs()
+        packed, _ = fused_summaries(ChunkInputs(q_c.contiguous(), k_c.contiguous(), *rest), link)
+    maps = segment_results(packed, per_segment=True)  # [B, n, Hv, K, V + K]
+    return maps[0] if bounds is not None else maps[:, 0]

@@ -39,8 +39,18 @@ def chunk_decays(
     return Gamma, e_gamma, e_tail, decay
 
 
+def ut_transform(inputs: ChunkInputs, decays: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """A = (I + strict_lower(diag(beta) K K^T * Gamma))^-1 [B, Hk, G, N, C, C] of chunked inputs (shapes as
+    `prepare_fwd`'s); decays: `chunk_decays(gamma, masks)`."""
+    k = inputs.k
+    return unit_lower_inverse((k @ k.transpose(-1, -2)) * decays[0] * inputs.beta[..., None])
+
+
 def prepare_fwd(
-    inputs: ChunkInputs, decays: tuple[torch.Tensor, ...], A: torch.Tensor | None = None
+    inputs: ChunkInputs,
+    decays: tuple[torch.Tensor, ...],
+    A: torch.Tensor | None = None,
+    fields: frozenset[str] = frozenset(Prepared._fields),
 ) -> tuple[Prepared, torch.Tensor]:
     """The intermediates and A of chunked inputs (A computed unless given).
 
@@ -49,16 +59,18 @@ def prepare_fwd(
             [B, Hk, G, N, C]
         decays: `chunk_decays(gamma, masks)`
         A: [B, Hk, G, N, C, C]
+        fields: the intermediates to compute (names of Prepared); the others are None (a state summary
+            reads neither Qg nor P, the backward's pre-pass not U)
     """
     q, k, v, beta = inputs.q, inputs.k, inputs.v, inputs.beta  # gamma enters through `decays`
     Gamma, e_gamma, e_tail, decay = decays
     if A is None:
-        A = unit_lower_inverse((k @ k.transpose(-1, -2)) * Gamma * beta[..., None])
-    w = A @ (k * (beta * e_gamma)[..., None])
-    u = A @ (v * beta[..., None])
-    attn = (q @ k.transpose(-1, -2)) * Gamma
-    q_decayed = q * e_gamma[..., None]
-    k_tail = k * e_tail[..., None]
+        A = ut_transform(inputs, decays)
+    w = A @ (k * (beta * e_gamma)[..., None]) if "w" in fields else None
+    u = A @ (v * beta[..., None]) if "u" in fields else None
+    attn = (q @ k.transpose(-1, -2)) * Gamma if "attn" in fields else None
+    q_decayed = q * e_gamma[..., None] if "q_decayed" in fields else None
+    k_tail = k * e_tail[..., None] if "k_tail" in fields else None
     return Prepared(q_decayed=q_decayed, k_tail=k_tail, w=w, u=u, attn=attn, decay=decay), A
 
 

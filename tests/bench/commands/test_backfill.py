@@ -16,10 +16,11 @@ from tiny import TINY_LAYER_YAML
 
 from bench.cli import main
 from bench.commands import commits as commits_command
+from bench.commands.history import load_history
 from bench.commands.session import CaseChoice
 from bench.errors import UserError
-from bench.judge.history import FAILED_SUFFIX, load_history
 from bench.launch.backfill import resolve_commits
+from bench.results.history import FAILED_SUFFIX
 from bench.results.store import load_result, save_result
 
 ROOT = Path(__file__).resolve().parents[3]

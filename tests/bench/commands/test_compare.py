@@ -24,15 +24,23 @@ from bench.cli import main
 from bench.commands import common_args, compare
 from bench.commands.session import CaseChoice
 from bench.errors import UserError
-from bench.judge.comparison import DEFAULT_FACTOR, comparability, compare_runs, look_rounds
+from bench.formats import format_time
+from bench.judge.comparison import (
+    DEFAULT_FACTOR,
+    comparability,
+    compare_runs,
+    look_rounds,
+    not_comparable_note,
+    override_flag,
+)
 from bench.launch import ref_rounds
 from bench.launch.gitrefs import RefSide, resolve_side
 from bench.launch.interleave import Checkout, Planned, Staged, bench_run_argv, run_alternating, run_on_side
 from bench.measure.contention import Contention
+from bench.measure.gate import CaseCheck, Fingerprints
 from bench.measure.statistics import estimate
 from bench.measure.timing import summarize
 from bench.render import comparison as comparison_view
-from bench.render.formats import format_time
 from bench.results.env import Environment
 from bench.results.store import CaseResult, MemoryResult, RoundResult, RunResult, load_result, save_result
 from bench.suite.config import Case, SuiteConfig
@@ -269,13 +277,52 @@ def test_an_interval_across_the_factor_is_undecided():
 
 def test_mismatched_environments_are_not_comparable_unless_forced():
     base = run_of(ok(case(), 100))
-    head = run_of(ok(case(), 200, seed=1), env=environment(hostname="ci-3", torch_version="2.14.0"))
+    head = run_of(ok(case(), 200, seed=1), env=environment(cpu_count=8, torch_version="2.14.0"))
     (c,) = compare_runs(base, head).cases
     assert c.verdict == "not comparable"
-    assert "different machine (hostname 'vm' vs 'ci-3')" in c.not_comparable
+    assert "different machine (cpu_count 2 vs 8)" in c.not_comparable
     assert "different software (torch_version '2.13.0+cpu' vs '2.14.0')" in c.not_comparable
     (forced,) = compare_runs(base, head, force=True).cases
     assert forced.verdict == "worse" and forced.forced
+
+
+def test_a_machine_is_its_hardware_not_its_hostname():
+    """Issue 46: one rule for compare and history, whose machine is the CPU model, cores and device (a CI
+    runner's hostname changes every run): another hostname alone is comparable."""
+    base = run_of(ok(case(), 100))
+    renamed = run_of(ok(case(), 200, seed=1), env=environment(hostname="ci-3"))
+    assert comparability(base, base.cases[0], renamed, renamed.cases[0]) is None
+    (c,) = compare_runs(base, renamed).cases
+    assert c.verdict == "worse"
+
+
+def test_two_sides_that_compute_different_outputs_are_not_comparable():
+    """Issue 44: where both sides' correctness gate fingerprinted a case (bench.measure.gate), a head that
+    computes other outputs (a wrong kernel) is never called better; --allow-different-outputs lifts exactly
+    that check, and rounding under the bar stays comparable."""
+    rng = np.random.default_rng(0)
+    base_print = rng.standard_normal(32).tolist()
+
+    def checked(result: CaseResult, change: float) -> CaseResult:
+        prints = Fingerprints(o=[v * (1 + change) for v in base_print])
+        return dataclasses.replace(result, check=CaseCheck(bar=1e-3, fingerprints=prints))
+
+    base = run_of(checked(ok(case("p2p"), 100, seed=1), 0.0), checked(ok(case("ulysses"), 100, seed=2), 0.0))
+    head = run_of(checked(ok(case("p2p"), 50, seed=3), 0.3), checked(ok(case("ulysses"), 50, seed=4), 1e-5))
+    comparison = compare_runs(base, head)
+    wrong, rounded = (next(c for c in comparison.cases if c.base.case.mode == m) for m in ("p2p", "ulysses"))
+    assert wrong.verdict == "not comparable"
+    assert wrong.not_comparable.startswith(
+        "the refs compute different outputs (rel-L2 3.0e-01 on o, bar 1e-03"
+    )
+    assert override_flag(wrong.not_comparable) == "--allow-different-outputs"
+    assert not_comparable_note(wrong.not_comparable, 1).endswith(
+        "; --allow-different-outputs compares them anyway"
+    )
+    assert override_flag(wrong.not_comparable + "; different machine (cpu_count 2 vs 8)") == "--force"
+    assert rounded.verdict == "better"
+    allowed = compare_runs(base, head, allow_different_outputs=True)
+    assert all(c.verdict == "better" for c in allowed.cases)
 
 
 def test_scenario_definitions_compare_on_the_keys_that_change_numbers():
@@ -341,7 +388,7 @@ def test_fail_on_regression_exit_codes(files):
 
 def test_fail_on_regression_fails_when_nothing_was_compared(files, tmp_path, capsys):
     save_result(run_of(), tmp_path / "empty.json")  # e.g. a head run that was interrupted at once
-    other = run_of(ok(case("ulysses"), 100), ok(case("p2p"), 100), env=environment(hostname="ci-3"))
+    other = run_of(ok(case("ulysses"), 100), ok(case("p2p"), 100), env=environment(cpu_count=8))
     save_result(other, tmp_path / "other-host.json")
     base = ["compare", str(files["base"])]
     for head, why in [

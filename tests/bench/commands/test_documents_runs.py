@@ -15,11 +15,11 @@ from tiny import TINY_LAYER_YAML, tiny_scenario
 from bench.commands import run as run_command
 from bench.commands import show as show_command
 from bench.commands import verify as verify_command
+from bench.launch.local import run_on_ranks
 from bench.measure.inputs import INPUT, global_tensor
 from bench.measure.rank import cu_seqlens_of
 from bench.results.store import load_result
 from bench.suite.config import Sweep
-from gdn_cp.distributed import run_on_ranks
 
 pytestmark = pytest.mark.multirank
 

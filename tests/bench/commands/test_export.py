@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from gitrepo import git
 
 from bench.cli import main
 from bench.commands import export
@@ -101,6 +103,44 @@ def test_out_writes_a_new_file_and_never_overwrites(tmp_path: Path, capsys):
     assert main(["export", str(ABLATION), "--replace"]) == 1  # --replace needs --out
     with pytest.raises(UserError, match="unknown format"):
         export.export_text([str(ABLATION)], format="xml")
+
+
+def test_replace_never_turns_a_result_file_into_rows(tmp_path: Path, capsys):
+    """Issue 50: `bench export r.json --out r.json --replace` exited 0 and left a CSV where the result file
+    was. Its input, or any result file, is refused in one line; the file stays a result file."""
+    result = tmp_path / "r.json"
+    shutil.copy(ABLATION, result)
+    before = result.read_bytes()
+    for argv, why in [
+        (
+            ["export", str(result), "--out", str(result), "--replace"],
+            "is one of the files this command reads",
+        ),
+        (["export", str(ABLATION), "--out", str(result), "--replace"], "is a result file, which no command"),
+    ]:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {result}: {why}") and err.count("\n") == 1, err
+    assert result.read_bytes() == before and load_result(result).cases
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_replace_writes_over_a_committed_export_but_not_a_committed_baseline(tmp_path: Path, capsys):
+    """A committed file is replaced only by its own kind: rows over the committed rows.csv, never over the
+    committed report (results/cpu-scaling-baseline.md's kind)."""
+    git(tmp_path, "init", "-q")
+    (tmp_path / "rows.csv").write_text("old rows\n")
+    (tmp_path / "baseline.md").write_text("# a report\n")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "baselines")
+    assert main(["export", str(ABLATION), "--out", str(tmp_path / "rows.csv"), "--replace"]) == 0
+    assert (tmp_path / "rows.csv").read_text().startswith("record,")
+    assert main(["export", str(ABLATION), "--out", str(tmp_path / "baseline.md"), "--replace"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "baseline.md: is committed to git (a baseline), and this command would replace it with a .csv" in err
+    )
+    assert (tmp_path / "baseline.md").read_text() == "# a report\n"
 
 
 def test_show_json_prints_the_export_rows(capsys):

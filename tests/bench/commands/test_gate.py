@@ -5,6 +5,7 @@ bad input, and the git-ref route through `bench compare`."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import shutil
 import subprocess
@@ -16,13 +17,14 @@ from rich.console import Console
 from bench.cli import main
 from bench.commands import gate as gate_command
 from bench.commands.session import CaseChoice
+from bench.formats import format_time
 from bench.judge.comparison import compare_runs
 from bench.judge.gate import GateResult, check_state, gate
 from bench.launch.ref_rounds import SidePaths
 from bench.measure.statistics import Estimate
-from bench.render.formats import format_time
 from bench.render.gate import accuracy_table, timing_table
 from bench.results.store import RunResult, load_result, save_result
+from bench.results.verifications import LayerMutant
 from tests.bench.multiround import in_rounds
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -116,20 +118,26 @@ def test_a_case_failed_on_head_is_slower_and_a_check_not_run_is_inexact():
 
 
 def test_nothing_compared_does_not_pass(tmp_path):
-    other_machine = timing_run(hostname="ci-3")  # every case "not comparable": no verdict
+    other_machine = timing_run(cpu_count=64)  # every case "not comparable": no verdict
     result = outcome(timing_run(), other_machine, verify_run())
     assert result.judged == 0 and result.unjudged == {"not comparable": len(result.comparison.cases)}
     assert result.outcome == "nothing compared"
     skipped = verify_run()
     skipped.verifications = [dataclasses.replace(r, status="skipped") for r in skipped.verifications]
     assert outcome(timing_run(), timing_run(), skipped).outcome == "nothing compared"
+    out = io.StringIO()
     assert (
         gate_command.run(
             *files(tmp_path, timing_run(), other_machine, verify_run())[:2],
             verify=[str(tmp_path / "verify.json")],
-            console=QUIET,
+            console=Console(file=out, width=200),
         )
         == 6
+    )
+    # issue 46: the not comparable cases say why, and which flag of bench compare compares them anyway
+    n = len(result.comparison.cases)
+    assert f"not comparable, {n} cases: different machine (cpu_count 2 vs 64); `bench compare --force`" in (
+        out.getvalue()
     )
 
 
@@ -144,6 +152,20 @@ def test_unknown_verdict_states_are_neither_pass_nor_fail():
 def test_check_states_read_plainly():
     records = verify_run(exact=False).verifications
     assert [check_state(r) for r in records] == ["FAIL", "pass", "pass"] and check_state(None) == "-"
+
+
+def test_a_check_without_power_is_counted_apart_never_as_a_pass():
+    """Issue 48: a check that passed while a mutant of CP went through proved nothing: the gate reads it as
+    "pass, no power", counts it apart, and passes nothing on it alone."""
+    run = verify_run()
+    first = run.verifications[0]
+    unbroken = first.comparisons[0]
+    blind = dataclasses.replace(first, mutants=[LayerMutant(name="state_dropped", comparison=unbroken)])
+    assert blind.passed and blind.no_power_against
+    result = gate(compare_runs(timing_run(), timing_run()), [], [blind])
+    assert check_state(blind) == "pass, no power"
+    assert result.checked == 0 and result.powerless == [blind.key] and result.outcome == "nothing compared"
+    assert "1 passed without power: not counted" in result.summary()
 
 
 def test_bad_input_is_a_user_error(tmp_path, capsys):

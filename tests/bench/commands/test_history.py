@@ -1,10 +1,13 @@
 """`bench history`: change points of a case's time across commits (bench.judge.changepoints), the
-histories read from result files (bench.judge.history), the changes as a table and as a site, and the CI
+histories read from result files (bench.results.history loads, bench.judge.history judges), the files under
+a folder that are not result files skipped with one note, the changes as a table and as a site, and the CI
 exit code. Histories here are synthetic: known steps in lognormal round medians of a fixed seed."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +15,13 @@ import pytest
 from histories import commit_runs, round_medians
 from rich.console import Console
 
+from bench.commands import compare as compare_command
 from bench.commands import history as history_command
+from bench.commands.history import load_history
+from bench.errors import UserError
 from bench.judge.changepoints import change_points
-from bench.judge.history import load_history, regressions_at_newest
+from bench.judge.history import regressions_at_newest
+from bench.results.store import load_result, save_result
 
 
 def test_a_step_is_found_where_it_starts_and_nowhere_else():
@@ -110,5 +117,103 @@ def test_the_site_has_an_index_and_a_page_per_scenario(tmp_path: Path):
 
 
 def test_no_result_file_is_one_clear_error(tmp_path: Path):
-    with pytest.raises(Exception, match="no result file under"):
+    with pytest.raises(UserError, match="no result file under"):
         load_history([tmp_path])
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(
+        UserError, match=r"no result file under .* \(1 JSON files there are not result files\)"
+    ):
+        load_history([tmp_path])
+
+
+def _profile(folder: Path) -> list[Path]:
+    """A `bench profile` folder under `folder` (results/profiles/...): a trace per rank and a summary, JSON
+    files that are not result files."""
+    profile = folder / "profiles" / "20261201-main-1a38a701-tiny-p2p"
+    profile.mkdir(parents=True)
+    files = [profile / "rank0.json", profile / "rank1.json", profile / "summary.json"]
+    for path in files[:2]:
+        path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "aten::mm"}]}))
+    files[2].write_text(json.dumps({"case": "tiny/p2p-cp2-T64-fwd", "steps": 3}))
+    return files
+
+
+def test_files_that_are_not_result_files_are_skipped_with_one_note(tmp_path: Path):
+    """Issue 50: `bench history results` stopped at results/profiles/.../rank0.json ("schema_version None
+    ... re-run its scenarios"): a trace is not a result file. Skipped, all of them named in one note."""
+    folder = commit_runs(tmp_path, [1.0] * 7 + [1.3])
+    traces = _profile(folder)
+    console, out = _console()
+    code = history_command.run([str(folder)], fmt="table", fail_on_regression=True, console=console)
+    text = out.getvalue()
+    assert code == history_command.EXIT_REGRESSION, text  # the history itself as without the traces
+    notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "skipped 3 JSON files that are not result files" in " ".join(text.split())
+    assert str(traces[0]) in " ".join(text.split())
+    (h,) = load_history([folder])
+    assert len(h.runs) == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            json.dumps({"schema_version": 99, "name": "x"}),
+            "schema_version 99 is not a version this bench reads",
+        ),
+        ('{\n "schema_version": 6,\n "name": "cut sh', r"8.json:3: not valid JSON"),
+    ],
+    ids=["newer schema", "cut short"],
+)
+def test_a_result_file_it_cannot_read_still_stops_it(tmp_path: Path, text, message):
+    folder = commit_runs(tmp_path, [1.0] * 3)
+    _profile(folder)
+    (folder / "8.json").write_text(text)
+    with pytest.raises(UserError, match=message):
+        history_command.run([str(folder)], fmt="table", console=_console()[0])
+
+
+def _warmup(folder: Path, runs: range, warmup: int) -> None:
+    """The result files `runs` of a commit_runs folder, their cases' warmup set to `warmup`."""
+    for i in runs:
+        path = folder / f"{i}.json"
+        run = load_result(path)
+        cases = [dataclasses.replace(c, case=dataclasses.replace(c.case, warmup=warmup)) for c in run.cases]
+        path.unlink()
+        save_result(dataclasses.replace(run, cases=cases), path)
+
+
+def test_history_and_compare_agree_on_what_is_comparable(tmp_path: Path):
+    """Issue 46: `bench compare` of the two committed cpu-scaling runs called every case not comparable
+    (warmup 3 vs 2) while `bench history` of the same files found 8 faster. One rule now: a step across
+    runs that are not comparable is not looked for, both say why and which flag lifts it, and with --force
+    both compare."""
+    folder = commit_runs(tmp_path, [1.0] * 4 + [1.3] * 4)
+    _warmup(folder, range(4, 8), warmup=3)
+    (h,) = load_history([folder])
+    assert all(not case.changes for case in h.cases)
+    (brk,) = h.breaks
+    assert brk.index == 4 and "warmup 1 vs 3" in brk.reason
+    console, out = _console()
+    assert history_command.run([str(folder)], fmt="table", console=console) == 0
+    history_text = " ".join(out.getvalue().split())
+    assert f"not comparable at 04cccccc (no change is looked for across it), {len(brk.keys)} cases" in (
+        history_text
+    )
+    assert "warmup 1 vs 3); --force compares them anyway" in history_text
+    console, out = _console()
+    compare_command.run(str(folder / "3.json"), str(folder / "4.json"), console=console)
+    compare_text = " ".join(out.getvalue().split())
+    assert (
+        f"not comparable, {len(brk.keys)} cases: {brk.reason}; --force compares them anyway" in compare_text
+    )
+    site = tmp_path / "site"
+    history_command.run([str(folder)], out=str(site), console=_console()[0])
+    index = " ".join((site / "index.html").read_text().split())
+    assert "not comparable at 04cccccc (no change is looked for across it)" in index
+    # forced, both compare: the step at commit 4 is found again
+    (forced,) = load_history([folder], force=True)
+    assert not forced.breaks and any(c.changes for c in forced.cases)
+    console, out = _console()
+    compare_command.run(str(folder / "3.json"), str(folder / "4.json"), force=True, console=console)
+    assert "worse (forced)" in out.getvalue() and "0 not comparable" in out.getvalue()

@@ -3,6 +3,7 @@ suite has no scenarios. Subprocesses from a temporary folder, as a user would ru
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,16 +26,22 @@ SHIPPED = (
 
 
 def bench(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`bench ARGS` in `cwd` (a new process, as from a shell)."""
+    """`bench ARGS` in `cwd` (a new process, as from a shell: this environment, passed whole, so that what a
+    library of this process set in its C environment alone, readline's COLUMNS, is not inherited)."""
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
     )
 
 
 def test_the_packaged_suite_is_the_code_defaults(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     suite = load_suite()
-    assert suite.config == SuiteConfig() and suite.path is None and suite.results_dir == tmp_path / "results"
+    assert suite.config == SuiteConfig() and suite.path is None and suite.results_dir == tmp_path / "runs"
     assert suite.scenarios_dir == PACKAGED_SCENARIOS and PACKAGED_SUITE.is_file()
     (tmp_path / "scenarios").mkdir()  # a scenarios folder here wins over the packaged one
     assert load_suite().scenarios_dir == tmp_path / "scenarios"
@@ -60,7 +67,7 @@ def test_run_from_any_folder_writes_results_here(tmp_path: Path):
     args = ("run", "cpu-smoke", "--filter", "ulysses-cp1-T1024-fwd", "--set", "repeat=1", "--set", "warmup=0")
     done = bench(tmp_path, *args, "--device", "cpu", timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    (path,) = (tmp_path / "results").glob("*-cpu-smoke.json")
+    (path,) = (tmp_path / "runs").glob("*-cpu-smoke.json")
     run = load_result(path)
     assert [c.case.case_id for c in run.cases] == ["ulysses-cp1-T1024-fwd"] and run.cases[0].status == "ok"
     assert run.command == [  # the command line that reproduces the run, its flags in a fixed order

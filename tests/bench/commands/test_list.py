@@ -9,6 +9,7 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import list as list_command
+from bench.errors import UserError
 from bench.suite.loader import ConfigError
 
 
@@ -58,3 +59,14 @@ def test_shipped_scenarios_list(capsys, monkeypatch):
         "npu-checkpoint-ablation",
     ):
         assert name in out
+
+
+def test_cases_come_through_the_one_choice_of_every_command(suite_dir: Path):
+    """Issue 47: list loaded the suite and selected cases itself, beside CaseChoice. Now a filter that
+    keeps nothing is the one "no case left" message, and the scenario list counts each scenario's cases
+    under the --set given, as `bench list NAME --set ...` lists them."""
+    with pytest.raises(UserError, match=r"--filter seq_len=4096 matches none of the 4 cases of tiny; see"):
+        list_command.run(["tiny"], filters=["seq_len=4096"])
+    tiny_row = next(line for line in rendered(sets=["seq_len=[64,128]"]).splitlines() if "tiny" in line)
+    assert " 8 " in tiny_row
+    assert "tiny: 8 cases" in rendered(["tiny"], sets=["seq_len=[64,128]"])

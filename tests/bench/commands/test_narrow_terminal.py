@@ -21,7 +21,7 @@ from bench.commands import list as list_command
 from bench.commands import model as model_command
 from bench.commands import show
 from bench.console import COLUMN_OVERHEAD, fit_columns, print_path
-from bench.render.formats import CASE_LINE_LEGEND, case_line
+from bench.formats import CASE_LINE_LEGEND, case_line
 from bench.results.store import load_result
 from tests.bench.multiround import saved_in_rounds
 

@@ -16,8 +16,8 @@ from bench.commands import plot
 from bench.judge import analysis
 from bench.judge.analysis import Variant
 from bench.judge.traffic import bytes_moved
-from bench.render import plots
-from bench.render.plots import BUILDERS, build_charts, sources_for
+from bench.render import charts
+from bench.render.charts import BUILDERS, build_charts, sources_for
 from bench.results.store import load_result, save_result
 from gdn_cp.distributed import MODES
 from tests.bench.multiround import in_rounds
@@ -153,15 +153,15 @@ def test_without_out_the_charts_go_to_a_new_folder_never_the_committed_one(suite
     (suite_dir / "plots" / "time_vs_seq.png").write_bytes(b"committed")
     result = str(FIXTURES / "ablation.json")
     assert main(["plot", result]) == 0 and main(["plot", result]) == 0  # twice, within a second or not
-    folders = sorted(p.name for p in (suite_dir / "results").iterdir())
+    folders = sorted(p.name for p in (suite_dir / "runs").iterdir())
     assert len(folders) == 2 and all(f.startswith("plots-") for f in folders), folders
     for folder in folders:
-        assert sorted(p.stem for p in (suite_dir / "results" / folder).glob("*.png")) == [
+        assert sorted(p.stem for p in (suite_dir / "runs" / folder).glob("*.png")) == [
             "checkpoint_summary",
             "comm_vs_seq",
             "strong_scaling",
         ]
-    assert f"results/{folders[0]}/strong_scaling.png" in capsys.readouterr().out
+    assert f"runs/{folders[0]}/strong_scaling.png" in capsys.readouterr().out
     assert sorted(p.name for p in (suite_dir / "plots").iterdir()) == ["time_vs_seq.png"]  # untouched
     # named, the committed folder is written (how the README's charts are regenerated)
     assert main(["plot", result, "--out", "plots"]) == 0
@@ -224,9 +224,9 @@ def test_communication_chart_shows_each_modes_bytes_per_rank():
 
 def test_every_registered_mode_has_a_style_of_its_own():
     """Issue 24: how a chart draws a mode is bench's (the library knows nothing of matplotlib)."""
-    styles = [plots.mode_style(m) for m in MODES]
-    assert len(plots.MODE_STYLES) == len(MODES) and len(set(styles)) == len(MODES)
-    assert plots.mode_style("ring") == plots.UNKNOWN_MODE_STYLE
+    styles = [charts.mode_style(m) for m in MODES]
+    assert len(charts.MODE_STYLES) == len(MODES) and len(set(styles)) == len(MODES)
+    assert charts.mode_style("ring") == charts.UNKNOWN_MODE_STYLE
 
 
 def test_runs_of_different_machines_never_share_an_axis():
@@ -254,12 +254,12 @@ def test_overlays_are_small_multiples_a_panel_per_mode():
     one mode's series of both files (never modes x files series on one axis)."""
     run = load_result(FIXTURES / "scaling.json")
     other = dataclasses.replace(run, environment=dataclasses.replace(run.environment, git_commit="b" * 40))
-    figure = plots.time_vs_seq(sources_for([run, other]), "tiny-scaling")
+    figure = charts.time_vs_seq(sources_for([run, other]), "tiny-scaling")
     variants = analysis.variants(run, "tiny-scaling")
     rows = len(analysis.passes(run, "tiny-scaling")) * len(analysis.cps(run, "tiny-scaling"))
     assert len(figure.axes) == rows * len(variants)
     for ax in figure.axes:
-        mode = ax.get_title().split(",")[0]
+        mode = ax.get_title().split(",")[0]  # "p2p, forward, CP1" (or over two lines)
         assert mode in {v.label for v in variants}
         series = [line for line in ax.get_lines() if line.get_linestyle() not in ("None", "")]  # not caps
         assert len(series) == 2  # one series a file

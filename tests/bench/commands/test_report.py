@@ -15,11 +15,14 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import report as report_command
+from bench.formats import format_mib, format_ms, format_time
 from bench.judge import analysis
 from bench.judge.analysis import Variant
 from bench.measure.statistics import estimate, format_ratio
 from bench.render import report
+from bench.render.charts import BUILDERS
 from bench.render.document import (
+    Folded,
     Image,
     MarkdownCharts,
     Paragraph,
@@ -27,10 +30,9 @@ from bench.render.document import (
     Table,
     markdown_table,
     markdown_text,
+    render_html,
     render_markdown,
 )
-from bench.render.formats import format_mib, format_ms, format_time
-from bench.render.plots import BUILDERS
 from bench.results.store import load_result
 from tests.bench.multiround import in_rounds
 
@@ -178,15 +180,15 @@ def test_markdown_without_out_puts_its_charts_in_a_new_folder(suite_dir: Path, c
     (suite_dir / "plots").mkdir()  # the committed charts: written only when named
     assert main(["report", str(FIXTURES / "ablation.json")]) == 0
     captured = capsys.readouterr()
-    (folder,) = (suite_dir / "results").iterdir()
+    (folder,) = (suite_dir / "runs").iterdir()
     assert folder.name.startswith("plots-") and (folder / "strong_scaling.png").is_file()
-    assert f"](results/{folder.name}/strong_scaling.png)" in captured.out
+    assert f"](runs/{folder.name}/strong_scaling.png)" in captured.out
     assert list((suite_dir / "plots").iterdir()) == []
     assert main(["report", str(FIXTURES / "ablation.json"), "--charts", "plots"]) == 0
     assert (suite_dir / "plots" / "strong_scaling.png").is_file()
     # bad paths: one line, before anything is drawn
-    assert main(["report", str(FIXTURES / "ablation.json"), "--out", "results"]) == 1
-    assert "--out results: is a folder; give the report's file name" in capsys.readouterr().err
+    assert main(["report", str(FIXTURES / "ablation.json"), "--out", "runs"]) == 1
+    assert "--out runs: is a folder; give the report's file name" in capsys.readouterr().err
     assert main(["report", str(FIXTURES / "ablation.json"), "--charts", "bench.yaml"]) == 1
     assert "--charts bench.yaml: is a file; give a folder for the charts" in capsys.readouterr().err
 
@@ -302,7 +304,8 @@ def test_scaling_points_and_times_carry_their_interval_across_rounds():
 
 def test_several_runs_of_a_scenario_are_one_side_by_side_table():
     """Three runs of one scenario: one table (a row per case, a time column per run, the ratio of each later
-    run to the first), not three stacked; a run from another machine gets `n/c`, never a ratio."""
+    run to the first), not three stacked; a run from another machine gets no ratio: its column, n/c
+    throughout, is left out, and one line says why."""
     paths = [FIXTURES / "ablation.json"] * 3
     runs = [in_rounds(load_result(p)) for p in paths]
     other = dataclasses.replace(runs[2].environment, hostname="elsewhere", cpu_model="Intel Xeon")
@@ -311,9 +314,46 @@ def test_several_runs_of_a_scenario_are_one_side_by_side_table():
     scenario = next(s for s in sections if s.title == "Scenario tiny-ablation")
     results = next(s for s in scenario.subsections if s.title == "Results")
     (table,) = [b for b in results.blocks if isinstance(b, Table)]
-    assert table.columns[4:] == ["#2 / #1", "#3 / #1"] and len(table.columns) == 6
+    assert table.columns[3].startswith("#3 ") and table.columns[4:] == ["#2 / #1"]
     ok = [c for c in runs[0].cases if c.status == "ok"]
     assert [row[0] for row in table.rows] == [c.case.case_id for c in ok]
     for row, case in zip(table.rows, ok, strict=True):
         assert row[1] == row[2] == format_time(case)  # the same file twice: the same times
-        assert row[4].startswith("1.00x") and row[5] == "n/c"
+        assert row[4].startswith("1.00x") and "n/c" not in row  # #3 / #1: all n/c, so left out
+    (why,) = [b.text for b in results.blocks if isinstance(b, Paragraph) and b.text.startswith("#3 / #1")]
+    assert why.startswith(f"#3 / #1 not shown: not comparable, {len(ok)} cases: different machine (cpu_model")
+
+
+def test_cases_not_comparable_are_one_line_of_reason_each_with_their_rows_folded(tmp_path, monkeypatch):
+    """Issue 46: the report of the two committed cpu-scaling runs printed a 140-row base vs head table of
+    "not comparable" and a 140-row side-by-side table of "n/c", never saying why. Now one line per reason
+    (what differs, and the flag that compares them anyway), the not comparable rows folded under it, a
+    ratio column of nothing but n/c left out, and a long table folded: <details> in HTML and markdown."""
+    paths = [FIXTURES / "ablation.json", FIXTURES / "ablation.json"]
+    runs = [in_rounds(load_result(p)) for p in paths]
+    head_env = dataclasses.replace(runs[1].environment, git_commit="b" * 40)
+    warmer = [dataclasses.replace(c, case=dataclasses.replace(c.case, warmup=3)) for c in runs[1].cases]
+    runs[1] = dataclasses.replace(runs[1], environment=head_env, cases=warmer)
+    monkeypatch.setattr(report, "FOLD_ROWS", 4)
+    title, sections = report.build_report(report.report_runs(runs, paths))
+    ok = sum(c.status == "ok" for c in runs[0].cases)
+    line = (
+        f"not comparable, {ok} cases: different scenario tiny-ablation (warmup 1 vs 3); "
+        "`bench compare --force`"
+    )
+    base_vs_head = next(s for s in sections if s.title == "Base vs head")
+    (folded,) = [b for b in base_vs_head.blocks if isinstance(b, Folded)]
+    assert folded.summary.startswith(line) and len(folded.blocks[0].rows) == ok
+    assert not [b for b in base_vs_head.blocks if isinstance(b, Table)]  # no table of not comparable rows
+    results = next(sub for s in sections if s.title == "Scenario tiny-ablation" for sub in s.subsections)
+    notes = [b.text for b in results.blocks if isinstance(b, Paragraph)]
+    assert any(n.startswith(f"#2 / #1 not shown: {line}") for n in notes), notes
+    (times,) = [b for b in results.blocks if isinstance(b, Folded)]
+    (table,) = times.blocks
+    assert table.columns[3:] == [] and all("n/c" not in row for row in table.rows)
+    page = render_html(title, sections)
+    assert (
+        page.count("<details><summary>not comparable, ") == 1 and "<details><summary>tiny-ablation: " in page
+    )
+    text = render_markdown(title, sections, MarkdownCharts(folder=tmp_path / "c", relative_to=tmp_path))
+    assert "<details><summary>not comparable, " in text and "\n\n| case | base | head |" in text

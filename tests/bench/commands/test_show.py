@@ -8,8 +8,8 @@ from rich.console import Console
 
 from bench.cli import main
 from bench.commands import show
+from bench.formats import format_time, format_tokens
 from bench.judge.reference import not_measured, reference_tables
-from bench.render.formats import format_time, format_tokens
 from bench.results.store import load_result, save_result
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

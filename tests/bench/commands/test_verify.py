@@ -3,6 +3,7 @@ seed sweep table, the training trajectory; the records in the result file; bars 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from bench.verification import (
     TrainVerification,
     error_growth,
 )
-from gdn_cp.accuracy import Thresholds
+from gdn_cp.accuracy import LayerComparison, Thresholds, error_stats
 from tests.ops.helpers import tolerance
 
 SEQ_LEN, HIDDEN, TRAIN_LAYERS = 64, 32, 4
@@ -40,9 +41,17 @@ def _fp32_bar(terms: int) -> float:
 
 # fp32 bars from fp32's roundoff: the layer's outputs (and, at batch 1, its parameter gradients and their
 # norm) accumulate the core's SEQ_LEN tokens, each fed by HIDDEN-long projections; the training loss and
-# gradient norm pass through every layer of the hybrid model.
+# gradient norm pass through every layer of the hybrid model. The first step's first GDN layer is the
+# layer's output inside the model: the layer's bar.
 FP32_LAYER = _fp32_bar(SEQ_LEN * HIDDEN)
 FP32_TRAIN = _fp32_bar(TRAIN_LAYERS * SEQ_LEN * HIDDEN)
+MUTANTS_BY_MODE = {
+    "ulysses": ["heads_permuted"],
+    "p2p": ["state_dropped", "state_scaled", "state_grad_dropped", "halo_dropped"],
+    "all_gather": ["state_dropped", "state_scaled", "state_grad_dropped", "halo_dropped", "summary_twice"],
+}
+"""The mutants that apply to each mode of the scenario, unpacked (training); the layer's packed inputs
+add boundary_moved, first."""
 
 VERIFY = f"""\
 description: tiny layer for verify tests
@@ -64,6 +73,9 @@ thresholds:
     param_rel_l2: {FP32_LAYER:.2e}
     grad_norm_rel: {FP32_LAYER:.2e}
     train_loss_rel: {FP32_TRAIN:.2e}
+    train_first_loss_rel: {FP32_TRAIN:.2e}
+    train_first_grad_norm_rel: {FP32_TRAIN:.2e}
+    train_first_gdn_output_rel_l2: {FP32_LAYER:.2e}
 train:
   vocab_size: 64
   intermediate_size: 64
@@ -87,14 +99,18 @@ def test_every_mode_passes_with_a_two_seed_sweep(suite_dir: Path, verify_scenari
         "input-grad rel-L2",
         "worst param (name) rel-L2",
         "2 seeds, max over seeds",
-        "2-seed sweep over ulysses, p2p, all_gather",
+        "2-seed sweep over ulysses, p2p, all_gather, state inputs",
+        "2-seed sweep over ulysses, p2p, all_gather, the reference PR's inputs",
         "2-seed maximum",
         "margin",
-        "6 forward+backward comparisons (2 seeds x 3 cases): all passed",
+        "12 forward+backward comparisons (2 seeds x 3 cases, each also packed): all passed",
         "smallest reference parameter gradient: min max-abs",
+        "mutants the check caught",
+        "(caught 5/5 mutants)",
+        "share of each rank's GDN output its entering state carries (seed 0; rel-L2 with it zeroed)",
         "results: v.json",
     ):
-        assert text in printed, text
+        assert text in " ".join(printed.split()), text  # titles and notes wrap at words
     run = load_result(out)
     assert run.environment.device_type == "cpu" and run.cases == [] and run.name == "verify-v"
     assert run.command == ["bench", "verify", "v", "--seeds", "2", "--output", str(out)]
@@ -107,7 +123,7 @@ def test_every_mode_passes_with_a_two_seed_sweep(suite_dir: Path, verify_scenari
     ]
     for r in records:
         assert isinstance(r, LayerVerification) and r.passed and r.seeds == [0, 1]
-        assert len(r.comparisons) == 2 and r.failures() == []
+        assert len(r.comparisons) == len(r.packed) == len(r.reproduction) == 2 and r.failures() == []
         assert r.thresholds == {
             **vars_of(Thresholds()),
             "rel_l2": FP32_LAYER,
@@ -116,6 +132,15 @@ def test_every_mode_passes_with_a_two_seed_sweep(suite_dir: Path, verify_scenari
         }
         worst = max(c.worst_param[1].rel_l2 for c in r.comparisons)
         assert 0 <= worst <= FP32_LAYER and all(c.output.rel_l2 <= FP32_LAYER for c in r.comparisons)
+        # "state" inputs: the state entering rank 1 carries a share of its output a check can see
+        assert r.inputs == "state" and min(c.state_share[1] for c in (*r.comparisons, *r.packed)) > 0.1
+        # the check's power: every mutant that applies to the mode, caught
+        assert sorted(v.mutant for v in r.power) == sorted(["boundary_moved", *MUTANTS_BY_MODE[r.case.mode]])
+        assert all(v.caught for v in r.power) and r.no_power_against == []
+    # the power table is in the file, as the record's derived `power`
+    written = json.loads(out.read_text())["verifications"]
+    assert [len(v["power"]) for v in written] == [2, 5, 6]
+    assert all(p["caught"] and p["by"] for v in written for p in v["power"])
     # the file reads back through `bench show` and `bench report`
     capsys.readouterr()
     assert main(["show", str(out)]) == 0
@@ -135,7 +160,9 @@ def verification_markdown(run) -> str:
 
 
 def vars_of(t: Thresholds) -> dict[str, float]:
-    return {name: getattr(t, name) for name in Thresholds.__dataclass_fields__}
+    """The bars a record stores: those set (output_rel_l2 None, unset, is left out)."""
+    bars = {name: getattr(t, name) for name in Thresholds.__dataclass_fields__}
+    return {name: value for name, value in bars.items() if value is not None}
 
 
 @pytest.mark.multirank
@@ -153,6 +180,34 @@ def test_a_broken_mode_fails_and_names_the_metric(suite_dir: Path, verify_scenar
     ((seed, failures),) = record.failures()
     assert seed == 0 and any(f.startswith("output.rel_l2 ") and f"> {FP32_LAYER:.1e}" in f for f in failures)
     assert record.comparisons[0].output.rel_l2 > 1e-2  # half the output is 5% off
+
+
+@pytest.mark.multirank
+def test_a_check_without_power_says_so_with_an_exit_code_of_its_own(
+    suite_dir: Path, verify_scenario: Path, capsys
+):
+    """Issue 48: a check that passes with CP broken is no proof. With the reference PR's bars (blunt for
+    fp32) the layer check passes a state 1% off: the case reads "pass, no power against: ..." and verify
+    exits EXIT_NO_POWER, while every other mutant is still caught."""
+    out = suite_dir / "blunt.json"
+    code = verify_command.run(["v"], filters=["mode=p2p"], sets=["thresholds={}"], output=str(out))
+    assert code == verify_command.EXIT_NO_POWER == 4
+    printed = capsys.readouterr().out
+    assert "pass, no power against: incoming state x 0.99" in printed
+    flat = " ".join(printed.split())
+    note = "NO POWER p2p-ckpt-cp2-T64-fwd_bwd: passed, and passes with CP broken: incoming state x 0.99"
+    assert note in flat
+    assert "mutants caught (CP broken on rank 1, the first seed): p2p 4/5" in flat
+    (record,) = load_result(out).verifications
+    assert record.passed and record.no_power_against == ["incoming state x 0.99"]
+    missed = [v.mutant for v in record.power if not v.caught]
+    assert missed == ["state_scaled"] and len(record.power) == 5
+    (written,) = json.loads(out.read_text())["verifications"]
+    assert [p["mutant"] for p in written["power"] if not p["caught"]] == ["state_scaled"]
+    # a failed check keeps its own code: EXIT_CHECK_FAILED comes first, then EXIT_NOT_RUN, then no power
+    failed = dataclasses.replace(record, thresholds={**record.thresholds, "output_max_abs": 1e-30})
+    assert verify_command.exit_code([record, failed]) == verify_command.EXIT_CHECK_FAILED
+    assert verify_command.exit_code([record]) == verify_command.EXIT_NO_POWER
 
 
 @pytest.mark.multirank
@@ -175,6 +230,14 @@ def test_training_trajectory_matches_the_reference(suite_dir: Path, verify_scena
         # fp32: CP + FSDP2 sums == the reference, to fp32's roundoff
         assert max(r.loss_rel) <= FP32_TRAIN and max(r.grad_norm_rel) <= FP32_TRAIN
         assert r.loss_growth is not None and r.settings.lr == 1e-4
+        # the first step on "state" decays, and the training check's power: every mutant caught
+        assert r.first is not None and r.first.gdn_output_rel_l2 <= FP32_LAYER
+        assert r.first_loss_rel is not None and r.first_loss_rel <= FP32_TRAIN
+        assert [v.mutant for v in r.power] == MUTANTS_BY_MODE[r.case.mode]
+        assert all(v.caught for v in r.power), r.power
+    flat = " ".join(printed.split())
+    assert 'first step on models whose GDN layers draw "state" decays: loss rel <=' in flat
+    assert "mutants the training check caught (bars)" in flat
 
 
 @pytest.mark.multirank
@@ -190,6 +253,22 @@ def test_training_with_the_all_reduce_fallback(suite_dir: Path, verify_scenario:
     (r,) = load_result(out).verifications
     assert r.grad_reduction == "all_reduce" and r.passed and r.mismatched_params == []
     assert max(r.loss_rel) <= FP32_TRAIN and max(r.grad_norm_rel) <= FP32_TRAIN
+
+
+def test_training_runs_the_cases_options_and_records_what_ran(suite_dir: Path, verify_scenario: Path):
+    """Issue 44: `bench verify --train` built its model from mode and checkpoint only, so a case tagged
+    -overlap (or -fla) trained without them. Now the model takes the case's whole CPOptions, and what its
+    first step ran (every GDN layer) is recorded and checked against the case."""
+    out = suite_dir / "overlap.json"
+    sets = ["overlap=[true]", "mode=[p2p]", "pass=[forward_backward]"]
+    assert verify_command.run(["v"], train=1, sets=sets, output=str(out)) == 0
+    (record,) = load_result(out).verifications
+    assert record.case.overlap and record.passed
+    gdn_layers = TRAIN_LAYERS - 1  # 3 linear : 1 full attention
+    assert len(record.ran) == gdn_layers
+    for call in record.ran:
+        assert (call.mode, call.overlap, call.local_path) == ("p2p", True, "split")
+        assert [op.backend for op in call.ops] == ["gdn_cp"]
 
 
 # --- without launches --------------------------------------------------------------------------------------
@@ -295,6 +374,38 @@ def test_records_round_trip_through_the_result_file(tmp_path: Path):
     assert load_result(path).verifications == []
 
 
+def test_version_6_verify_records_read_as_checks_without_power(tmp_path: Path):
+    """Files before issue 48 hold no power: their layer comparisons drew the reference PR's inputs
+    (`inputs: random`), nothing was packed or reproduced beside them, and no mutant ran; a trajectory has no
+    first step. They read so, and pass as they did (no "no power" verdict without mutants)."""
+    from tests.bench.results.test_store import CASES, new_run
+
+    stats = error_stats(torch.ones(3), torch.ones(3))
+    comparison = LayerComparison(
+        output=stats, input_grad=stats, params={"w": stats}, grad_norm_ref=1.0, grad_norm_cp=1.0
+    )
+    layer = LayerVerification(
+        case=CASES[0], status="ok", seeds=[0], comparisons=[comparison], thresholds=vars_of(Thresholds())
+    )
+    train = TrainVerification(case=CASES[1], status="ok", steps=1, ref_loss=[2.0], cp_loss=[2.0])
+    train.ref_grad_norm, train.cp_grad_norm = [1.0], [1.0]
+    run = new_run()
+    run.verifications = [layer, train]
+    path = tmp_path / "r.json"
+    save_result(run, path)
+    data = json.loads(path.read_text())
+    added = {"inputs", "packed", "reproduction", "mutants", "power", "first"}
+    records = [{k: v for k, v in r.items() if k not in added} for r in data["verifications"]]
+    for c in records[0]["comparisons"]:
+        del c["state_share"]
+    path.write_text(json.dumps({**data, "schema_version": 6, "verifications": records}))
+    old_layer, old_train = load_result(path).verifications
+    assert old_layer.inputs == "random" and old_layer.packed == old_layer.reproduction == []
+    assert old_layer.comparisons[0].state_share == [] and old_layer.mutants == old_layer.power == []
+    assert old_train.first is None and old_train.mutants == [] and old_train.ran is None
+    assert old_layer.passed and old_train.passed and verify_command.exit_code([old_layer, old_train]) == 0
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -345,7 +456,9 @@ def test_bf16_training_with_fp32_master_weights(suite_dir: Path, verify_scenario
         out = suite_dir / f"bf16-{reduction}.json"
         # AdamW's first update is about lr * sign(gradient): entries whose bf16 gradients are near zero move
         # apart at once on this tiny model, so its grad norms differ by ~2e-2 (5e-3 at cpu-verify's size).
-        bars = "thresholds={bf16: {train_grad_norm_rel: 5.0e-2}}"
+        # The first GDN layer's bar is cpu-verify's bf16 one: the default (the layer's 5e-2) passes a state
+        # 1% off, and verify would exit EXIT_NO_POWER.
+        bars = "thresholds={bf16: {train_grad_norm_rel: 5.0e-2, train_first_gdn_output_rel_l2: 1.0e-3}}"
         sets = [f"train={train % reduction}", "dtype=bf16", bars]
         assert verify_command.run(["v"], train=3, filters=["mode=p2p"], sets=sets, output=str(out)) == 0
         (records[reduction],) = load_result(out).verifications

@@ -14,8 +14,9 @@ if _spec:
     def measure_on_rank(case, device_kind, group=None):
         import torch.distributed as dist
 
-        if case.case_id == _case_id and dist.get_rank() == int(_bad_rank):
-            raise ValueError(f"{case.case_id} broke on purpose on rank {_bad_rank}")
+        case_id = getattr(case, "case", case).case_id  # a CaseRound, or a Case
+        if case_id == _case_id and dist.get_rank() == int(_bad_rank):
+            raise ValueError(f"{case_id} broke on purpose on rank {_bad_rank}")
         return _real(case, device_kind, group=group)
 
     _rank.measure_on_rank = measure_on_rank

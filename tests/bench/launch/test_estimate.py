@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.launch import estimate, launcher
+from bench.launch import devices, estimate, launcher
 from bench.launch.estimate import (
     OP_FACTOR,
     available_memory,
@@ -17,7 +17,6 @@ from bench.launch.estimate import (
     padded_tokens,
     parameter_count,
 )
-from bench.results import env
 from bench.suite.config import Case, Scenario, Sweep
 from gdn_cp import GatedDeltaNetConfig
 from gdn_cp.distributed import DeviceInfo, Platform, resolve_platform
@@ -50,9 +49,9 @@ def test_estimate_grows_with_tokens_and_shrinks_with_cp():
 
 
 def test_estimate_orders_the_variants_as_measured():
-    # checkpoint off keeps the V + K call's graph; backward adds gradients; bf16 halves projections; ulysses'
-    # whole-sequence op keeps more per token than the summary modes' recomputed calls; overlap's split scan
-    # keeps every chunk
+    # checkpoint off keeps every prepared chunk; backward adds gradients; bf16 halves projections; ulysses'
+    # whole-sequence op keeps more per token than the summary modes' kcp path; overlap's split scan keeps
+    # every chunk at width V + K
     assert estimate_peak_bytes(case(checkpoint=[False])) > estimate_peak_bytes(case(checkpoint=[True]))
     assert estimate_peak_bytes(case(pass_=["forward_backward"])) > estimate_peak_bytes(case())
     assert estimate_peak_bytes(case(dtype="bf16")) < estimate_peak_bytes(case())
@@ -60,19 +59,20 @@ def test_estimate_orders_the_variants_as_measured():
     assert estimate_peak_bytes(case(overlap=[True])) > estimate_peak_bytes(case(checkpoint=[False]))
 
 
-# Peak allocated per rank (MiB), cpu-profiler meter, `bench run cpu-memory --set 'seq_len=[16384]'` (cp 2, 8K
-# tokens per rank at the reference PR's sizes, bf16; 2-core AMD EPYC, torch 2.13): mode, checkpoint, pass.
+# Peak allocated per rank (MiB), cpu-profiler meter, `bench run cpu-memory --set 'local_seq_len=[8192]'
+# --filter cp=2` (cp 2, 8K tokens per rank at the reference PR's sizes, bf16; 2-core AMD EPYC, torch 2.13;
+# issue 49's local paths: kcp with the checkpoint on, kcp-kept off): mode, checkpoint, pass.
 MEASURED_AT_PR_SHAPE = {
     ("ulysses", True, "forward"): 2506.9,
     ("ulysses", True, "forward_backward"): 2506.9,
-    ("p2p", True, "forward"): 2197.0,
+    ("p2p", True, "forward"): 2196.9,
     ("p2p", True, "forward_backward"): 2197.0,
-    ("p2p", False, "forward"): 2516.9,
-    ("p2p", False, "forward_backward"): 2516.9,
-    ("all_gather", True, "forward_backward"): 2211.0,
-    ("all_gather", False, "forward_backward"): 2530.9,
+    ("p2p", False, "forward"): 2963.0,
+    ("p2p", False, "forward_backward"): 3530.5,
+    ("all_gather", True, "forward_backward"): 2210.9,
+    ("all_gather", False, "forward_backward"): 3535.9,
     ("scan", True, "forward_backward"): 2195.0,
-    ("scan", False, "forward_backward"): 2515.0,
+    ("scan", False, "forward_backward"): 3524.0,
 }
 
 
@@ -157,15 +157,15 @@ def test_the_launcher_reads_devices_without_a_context_of_its_own(monkeypatch):
             return lambda *a, **k: calls.append(name)
 
     monkeypatch.setattr(torch, "cuda", Recorder())
-    devices = (DeviceInfo(0, "H200", 90 * 2**30, 140 * 2**30), DeviceInfo(1, "H200", 7 * 2**30, 140 * 2**30))
+    found = (DeviceInfo(0, "H200", 90 * 2**30, 140 * 2**30), DeviceInfo(1, "H200", 7 * 2**30, 140 * 2**30))
     probed: list[str] = []
-    monkeypatch.setattr(estimate, "probe_devices", lambda p: probed.append("estimate") or devices)
-    monkeypatch.setattr(env, "probe_devices", lambda p: probed.append("env") or devices)
-    monkeypatch.setattr(launcher, "probe_devices", lambda p: probed.append("launcher") or devices)
+    monkeypatch.setattr(estimate, "probe_devices", lambda p: probed.append("estimate") or found)
+    monkeypatch.setattr(devices, "probe_devices", lambda p: probed.append("devices") or found)
+    monkeypatch.setattr(launcher, "probe_devices", lambda p: probed.append("launcher") or found)
     platform = Platform("cuda", "nccl")
     memory = estimate.available_memory(platform)
     assert memory.for_ranks(2) == (7 * 2**30, 1)  # the least free device of those the case takes
     assert memory.for_ranks(1) == (90 * 2**30, 1)  # another job on device 1: a one-rank case runs on 0
-    assert env.host_device_name(platform) == "H200"
+    assert devices.host_device_name(platform) == "H200"
     assert launcher._max_local_ranks(platform, None) == 2
-    assert probed == ["estimate", "env", "launcher"] and calls == []
+    assert probed == ["estimate", "devices", "launcher"] and calls == []

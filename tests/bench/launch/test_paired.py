@@ -22,11 +22,13 @@ import gdn_cp
 from bench.commands import compare
 from bench.commands.session import CaseChoice
 from bench.errors import UserError
+from bench.judge.comparison import compare_runs
+from bench.launch import paired
 from bench.launch.launcher import Outcome
 from bench.launch.paired import PairedSession, PairedSides, check_libraries
 from bench.measure.contention import Contention
 from bench.measure.library import THIS, LibraryError, load_library
-from bench.measure.rank import PairedCase, RankResults, time_passes
+from bench.measure.rank import PairedCase, RankMemory, RankResults, time_passes
 from bench.results.env import collect_environment, git_info
 from bench.results.store import ResultWriter, RunResult, load_result
 from bench.suite.config import Case, SuiteConfig
@@ -74,6 +76,73 @@ def test_a_checkout_without_what_the_harness_needs_is_refused(tmp_path: Path):
         UserError, match=r"head v2: its gdn_cp cannot be measured paired .*half-written.*--unpaired"
     ):
         check_libraries([str(broken)], ["head v2"])
+
+
+@dataclasses.dataclass(frozen=True)
+class _OldConfig:
+    """A GatedDeltaNetConfig of before the backends: no `backend` field."""
+
+    hidden_size: int
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    chunk_size: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class _OldStyle:
+    """A LinearAttentionContextParallel of before overlap and backends."""
+
+    mode: str = "ulysses"
+    checkpoint_summary: bool = True
+    layout: str = "contiguous"
+
+
+OLD = dataclasses.replace(
+    THIS, root="old-ref", config_type=_OldConfig, context_parallel=_OldStyle, options_type=None, ran=None
+)
+
+
+def _case(**layer) -> Case:
+    return Case(
+        scenario="s", mode="p2p", checkpoint=True, cp=2, seq_len=64, pass_="forward",
+        layer=dataclasses.replace(TINY_LAYER, **layer), batch=1, seed=0, warmup=1, repeat=1,
+    )  # fmt: skip
+
+
+def test_a_field_a_ref_does_not_take_makes_the_case_not_comparable_never_dropped(tmp_path: Path, monkeypatch):
+    """Issue 44: a case asking backend transformers, or overlap, of a ref whose gdn_cp has neither used to
+    run that ref's own default under the case's name (the field dropped). Now the ref names what it lacks,
+    the case is skipped on both sides as not comparable, and the compare counts it so."""
+    plain, fla = _case(), _case(backend="transformers")
+    overlapped = dataclasses.replace(plain, overlap=True)
+    assert OLD.unsupported(plain) == []
+    assert OLD.unsupported(fla) == ["backend 'transformers'"]
+    assert OLD.unsupported(overlapped) == ["overlap True"]
+    assert THIS.unsupported(fla) == THIS.unsupported(overlapped) == []
+    with pytest.raises(LibraryError, match=r"old-ref: its gdn_cp has no backend 'transformers'"):
+        OLD.config(fla.layer)
+    with pytest.raises(LibraryError, match=r"old-ref: its gdn_cp has no overlap True"):
+        OLD.style(overlapped.options)
+    assert isinstance(OLD.style(plain.options), _OldStyle)
+
+    monkeypatch.setattr(paired, "load_library", lambda root: OLD if root == "old" else THIS)
+    env = collect_environment(
+        resolve_platform("cpu"), device_name="cpu", threads_per_rank=1, world_sizes=[2], launcher="local"
+    )
+    runs = [RunResult(name="t", environment=env, suite=SuiteConfig(), scenarios={}) for _ in range(2)]
+    sides = zip(("b", "h"), runs, strict=True)
+    writers = [ResultWriter(tmp_path / f"{side}.json", run) for side, run in sides]
+    kept = paired._runnable([plain, fla], ["old", "new"], ["v1 (base)", "HEAD (head)"], writers)
+    assert kept == [plain]
+    base, head = (load_result(tmp_path / f"{side}.json") for side in ("b", "h"))
+    (skipped,) = base.cases
+    assert skipped.status == "skipped" and head.get(skipped.key).status == "skipped"
+    assert skipped.error == "not comparable: v1 (base) has no backend 'transformers'"
+    comparison = compare_runs(base, head)
+    assert comparison.count("not comparable") == 1 and "1 not comparable" in comparison.summary()
+    assert "not compared" not in comparison.summary()
 
 
 def test_two_passes_take_turns_abba_and_rounds_alternate_who_opens():
@@ -184,10 +253,9 @@ class RecordingLauncher:
         quiet = Contention(foreign=0.0, steal=0.0, load_before=0.0, load_after=0.0)
         side = RankResults(
             samples_s=[[0.01] * paired.case.repeat] * paired.case.cp,
-            peak_bytes=[1] * paired.case.cp,
-            baseline_bytes=[0] * paired.case.cp,
-            device_used_bytes=None,
-            meter="test",
+            memory=RankMemory(
+                peak_bytes=[1] * paired.case.cp, baseline_bytes=[0] * paired.case.cp, meter="test"
+            ),
             device_name="cpu",
             threads=1,
             matmul_gflops=[1.0] * paired.case.cp,
@@ -206,7 +274,9 @@ def test_rounds_a_budget_adds_time_the_repeats_it_asks_for(tmp_path: Path):
         batch=1, seed=0, warmup=1, repeat=3, rounds=3,
     )  # fmt: skip
     launcher = RecordingLauncher()
-    env = collect_environment(resolve_platform("cpu"), threads_per_rank=1, world_sizes=[2], launcher="local")
+    env = collect_environment(
+        resolve_platform("cpu"), device_name="cpu", threads_per_rank=1, world_sizes=[2], launcher="local"
+    )
     writers = tuple(
         ResultWriter(
             tmp_path / f"{side}.json", RunResult(name="t", environment=env, suite=SuiteConfig(), scenarios={})

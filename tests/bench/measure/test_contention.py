@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from bench.formats import CONTENDED_MARK, case_line
 from bench.judge.comparison import compare_runs
 from bench.launch import sweep
 from bench.launch.launcher import Outcome
@@ -28,12 +29,11 @@ from bench.measure.contention import (
     probe,
     with_earlier,
 )
-from bench.measure.rank import RankResults
+from bench.measure.rank import RankMemory, RankResults
 from bench.records import from_dict, to_dict
 from bench.render import run_tables
+from bench.render.charts import sources_for, time_vs_seq
 from bench.render.document import render_markdown
-from bench.render.formats import CONTENDED_MARK, case_line
-from bench.render.plots import sources_for, time_vs_seq
 from bench.render.report import build_report, report_runs
 from bench.results.export import export_rows
 from bench.results.store import CaseResult
@@ -173,10 +173,9 @@ class _ShortCases:
         shared = Contention(None, None, 0.0, 0.0, True, window=window)
         results = RankResults(
             samples_s=[[0.003, 0.003]] * c.cp,
-            peak_bytes=[1 << 20] * c.cp,
-            baseline_bytes=[1 << 19] * c.cp,
-            device_used_bytes=None,
-            meter="cpu-profiler",
+            memory=RankMemory(
+                peak_bytes=[1 << 20] * c.cp, baseline_bytes=[1 << 19] * c.cp, meter="cpu-profiler"
+            ),
             device_name="cpu",
             threads=1,
             matmul_gflops=[50.0] * c.cp,
@@ -214,5 +213,5 @@ def test_a_contended_run_is_marked_in_every_output() -> None:
 
     figure = time_vs_seq(sources_for([run]), "synthetic")
     assert figure.get_suptitle().startswith("MOSTLY CONTENDED")
-    crosses = [line for ax in figure.axes for line in ax.get_lines() if line.get_marker() == "X"]
-    assert sum(len(line.get_xdata()) for line in crosses) == 2
+    rings = [line for ax in figure.axes for line in ax.get_lines() if line.get_label() == "_contended"]
+    assert sum(len(line.get_xdata()) for line in rings) == 2

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from bench.formats import format_estimate
 from bench.measure.statistics import (
     RatioInterval,
     classify,
@@ -18,7 +19,6 @@ from bench.measure.statistics import (
     smallest_detectable,
     turn_difference,
 )
-from bench.render.formats import format_estimate
 
 ALPHA = 0.05
 FACTOR = 1.10

@@ -7,9 +7,9 @@ import pytest
 import torch
 from tiny import tiny_scenario
 
+from bench.launch.local import run_on_ranks
 from bench.measure.inputs import INPUT, OUTPUT_GRAD, global_tensor
 from bench.suite.config import Sweep
-from gdn_cp.distributed import run_on_ranks
 
 pytestmark = pytest.mark.multirank
 

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.commands import model as model_command
 from bench.errors import UserError
 from bench.model.calibrate import calibrate
 from bench.model.links import (
@@ -34,6 +33,7 @@ from bench.model.predict import (
     predict,
     scaled,
 )
+from bench.render import model_tables
 from bench.results.store import load_result
 from bench.suite.config import Case
 from gdn_cp.layers import GatedDeltaNetConfig
@@ -229,10 +229,10 @@ def test_the_table_calls_a_tie_within_its_own_error() -> None:
     best = Prediction(_case("p2p", 64, 1 << 20), compute_s=1.0, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
     close = Prediction(_case("scan", 64, 1 << 20), compute_s=1.05, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
     far = Prediction(_case("scan", 64, 1 << 20), compute_s=1.5, exchange_s=0.0, comm_s=0.0, peak_bytes=1)
-    assert model_command._why(best, [best, close], 0.11) == "scan +5% (tie)"
-    assert model_command._why(best, [best, far], 0.11) == "scan +50%"
-    assert model_command._why(best, [best, far], None) == "scan +50% (unchecked)"
-    assert model_command._why(best, [best], 0.11) == ""
+    assert model_tables.why(best, [best, close], 0.11) == "scan +5% (tie)"
+    assert model_tables.why(best, [best, far], 0.11) == "scan +50%"
+    assert model_tables.why(best, [best, far], None) == "scan +50% (unchecked)"
+    assert model_tables.why(best, [best], 0.11) == ""
 
 
 def test_compute_of_another_device_is_refused(tmp_path: Path, capsys) -> None:
@@ -260,7 +260,7 @@ def test_a_fit_says_how_well_it_fits_its_samples() -> None:
     quality = fit_quality("p2p", wild, [(2, 1 << 17, 167e-6), (2, 1 << 10, 150e-6)])
     assert quality.smallest_s == 150e-6 and not quality.trusted(wild)
     samples = [{"kind": "p2p", "cp": 2, "bytes": 1 << 17, "seconds": 167e-6}]
-    table = model_command._links_table(Interconnect("gloo", "measured", {"p2p": wild}, samples=samples))
+    table = model_tables.links_table(Interconnect("gloo", "measured", {"p2p": wild}, samples=samples))
     assert table.rows[0][3:] == [
         f"{100 * fit_quality('p2p', wild, [(2, 1 << 17, 167e-6)]).median_error:.0f}%",
         "167 us",

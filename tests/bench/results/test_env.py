@@ -14,8 +14,13 @@ from gdn_cp.distributed import resolve_platform
 
 
 def test_collect_environment_on_cpu():
+    platform = resolve_platform("cpu")
     env = collect_environment(
-        resolve_platform("cpu"), threads_per_rank=2, world_sizes=[2, 1, 2], launcher="local"
+        platform,
+        device_name=platform.device_name(0),
+        threads_per_rank=2,
+        world_sizes=[2, 1, 2],
+        launcher="local",
     )
     assert env.device_type == "cpu" and env.backend == "gloo"
     assert env.torch_version == torch.__version__ and env.cpu_count == (os.cpu_count() or 1)

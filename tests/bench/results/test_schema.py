@@ -155,7 +155,7 @@ def test_version_2_files_mean_what_they_meant(tmp_path: Path):
         old = {k: v for k, v in result.items() if k not in (*ADDED_IN_2["case result"], "case")}
         v2["cases"].append({**old, "params": params})
     upgraded = upgrade(v2)
-    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3, 4, 5]
+    assert upgraded["schema_version"] == SCHEMA_VERSION and sorted(STEPS) == [1, 2, 3, 4, 5, 6]
     path.write_text(json.dumps(v2))
     run = load_result(path)
     first = run.cases[0]
@@ -168,6 +168,23 @@ def test_version_2_files_mean_what_they_meant(tmp_path: Path):
     assert first.throughput is None and first.contention is None and run.command is None
     assert first.case.layer.backend == "gdn_cp" and run.environment.kernel_versions == {}
     assert first.case.layer.rms_norm_eps == 1e-6 and first.case.case_id == data["cases"][0]["case"]["case_id"]
+
+
+def test_version_6_files_read_with_what_ran_not_recorded(tmp_path: Path):
+    """Version 6 recorded neither what ran nor the gate's checks nor the first pass's time: they read as not
+    recorded (None), and `bench show --case` says so."""
+    path, _ = _written(tmp_path)
+    data = json.loads(path.read_text())
+    v6 = {**data, "schema_version": 6}
+    v6["cases"] = [
+        {k: v for k, v in c.items() if k not in ("ran", "check")}
+        | {"rounds": [{k: v for k, v in r.items() if k != "first_use_s"} for r in c["rounds"]]}
+        for c in data["cases"]
+    ]
+    path.write_text(json.dumps(v6))
+    run = load_result(path)
+    assert all(c.ran is None and c.check is None for c in run.cases)
+    assert all(r.first_use_s is None for c in run.cases for r in c.rounds)
 
 
 def test_version_4_files_read_without_lifetimes_or_harness(tmp_path: Path):

@@ -10,24 +10,26 @@ import pytest
 from tiny import tiny_scenario
 
 from bench.errors import UserError
+from bench.launch.devices import host_device_name
 from bench.measure.statistics import estimate
 from bench.measure.timing import summarize
 from bench.records import from_dict, to_dict
 from bench.results import store
 from bench.results.env import collect_environment
-from bench.results.paths import free_path, new_folder
+from bench.results.paths import free_path, new_folder, result_filename
 from bench.results.store import (
     SCHEMA_VERSION,
     CaseResult,
     MemoryResult,
+    ResultWriteError,
     ResultWriter,
     RoundResult,
     RunResult,
     load_result,
-    result_filename,
 )
 from bench.suite.config import SuiteConfig, Sweep
 from gdn_cp.distributed import resolve_platform
+from tests.bench.results.read_only import read_only
 
 SCENARIO = tiny_scenario(
     sweep=Sweep(cp=[2], seq_len=[64]),
@@ -54,8 +56,13 @@ def ok_result(i: int = 0) -> CaseResult:
 
 
 def new_run() -> RunResult:
+    platform = resolve_platform("cpu")
     env = collect_environment(
-        resolve_platform("cpu"), threads_per_rank=None, world_sizes=[2], launcher="local"
+        platform,
+        device_name=host_device_name(platform),  # this host's, as a run here records it
+        threads_per_rank=None,
+        world_sizes=[2],
+        launcher="local",
     )
     scenarios = {"s": SCENARIO.to_dict()}
     return RunResult(name="s", environment=env, suite=SuiteConfig(repeat=3), scenarios=scenarios)
@@ -107,6 +114,23 @@ def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temporary file left
 
 
+def test_a_folder_turned_read_only_is_a_write_error_and_the_file_stays_whole(tmp_path: Path, monkeypatch):
+    """The temporary file itself cannot be made (tempfile.mkstemp, before the write): a ResultWriteError
+    naming the file (what `bench run` says in one line), never a bare OSError; the file keeps what it held,
+    and once the folder is writable the writer goes on."""
+    path = tmp_path / "r.json"
+    writer = ResultWriter(path, new_run())
+    writer.add(ok_result(0))
+    before = path.read_text()
+    with read_only(tmp_path, monkeypatch), pytest.raises(ResultWriteError) as info:
+        writer.add(ok_result(1))
+    assert info.value.strerror.startswith(f"cannot write {path}: ")
+    assert path.read_text() == before and writer.saved == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    writer.add(ok_result(1))
+    assert [c.key for c in load_result(path).cases] == [CASES[0].key(), CASES[1].key()]
+
+
 @pytest.mark.parametrize("version", [0, SCHEMA_VERSION + 1, None])
 def test_other_schema_versions_are_refused_with_what_to_do(tmp_path: Path, version):
     path = tmp_path / "r.json"
@@ -116,9 +140,9 @@ def test_other_schema_versions_are_refused_with_what_to_do(tmp_path: Path, versi
     path.write_text(json.dumps(data))
     with pytest.raises(UserError) as info:
         load_result(path)
-    assert (
-        f"schema_version {version!r} is not a version this bench reads (1, 2, 3, 4, 5, {SCHEMA_VERSION}; it "
-        "writes " in str(info.value)
+    readable = f"1, 2, 3, 4, 5, 6, {SCHEMA_VERSION}"
+    assert f"schema_version {version!r} is not a version this bench reads ({readable}; it writes " in str(
+        info.value
     )
     assert "re-run its scenarios with this bench" in str(info.value)
 

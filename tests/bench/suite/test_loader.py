@@ -173,7 +173,24 @@ def test_sweep_entry_errors_name_the_entry(write_scenario):
 def test_ulysses_heads_not_divisible_by_cp(write_scenario):
     msg = error_of(check, write_scenario, BASE.replace("cp: [1, 2]", "cp: [4]"))
     assert msg.startswith("scenarios/s.yaml:6: cp: case ulysses-cp4-T128-fwd: ulysses shards heads over cp=4")
-    assert "choose a cp that divides both, or mode p2p / all_gather" in msg
+    assert msg.endswith(
+        "ulysses shards heads over cp=4 ranks, but num_k_heads=2 is not divisible by 4 (num_v_heads=4 is); "
+        "choose a cp that divides both (1, 2), or a mode that runs it: p2p, all_gather, scan"
+    )
+
+
+def test_a_cp_the_host_cannot_run_is_said_before_the_heads_it_cannot_split(write_scenario):
+    """Issue 46: `--set cp=[64]` said the heads (twice over) and advised "mode p2p / all_gather", advice
+    that led to the next error, "needs 64 ranks". What the host can run comes first, and the shape's
+    advice names every mode that runs it (scan too)."""
+    msg = error_of(check, write_scenario, BASE, ["cp=[64]"], max_local_ranks=8)
+    assert msg.startswith("scenarios/s.yaml (--set cp=[64]): cp: case ulysses-cp64-T128-fwd needs 64 ranks")
+    assert "use a cp of at most 8, or launch across hosts with torchrun (docs/clusters.md)" in msg
+    msg = error_of(check, write_scenario, BASE, ["cp=[8]"], max_local_ranks=8)
+    assert (
+        "num_k_heads=2 and num_v_heads=4 are not divisible by 8; choose a cp that divides both (1, 2)" in msg
+    )
+    assert msg.count("num_k_heads") == 1 and msg.endswith("or a mode that runs it: p2p, all_gather, scan")
 
 
 def test_seq_len_not_divisible_by_cp(write_scenario):
@@ -187,7 +204,7 @@ def test_too_many_local_ranks(write_scenario):
         check, write_scenario, BASE.replace("cp: [1, 2]", "cp: [16]") + "mode: [p2p]\n", max_local_ranks=8
     )
     assert msg.startswith("scenarios/s.yaml:6: cp: case p2p-ckpt-cp16-T128-fwd needs 16 ranks on this host")
-    assert "use a smaller cp, or launch across hosts with torchrun" in msg
+    assert "use a cp of at most 8, or launch across hosts with torchrun" in msg
 
 
 def test_case_that_cannot_fit_in_memory(write_scenario, monkeypatch):

@@ -1,19 +1,131 @@
-"""The one way every view prints a case: its time (the estimate with its interval), memory, tokens, and the
-flags a reader must see beside a figure (contended, incomplete). bench show, compare, report, gate, plot,
-history and export take these from here, so no view can print a case another way.
+"""The one way every view prints a case, on the ground floor so that every floor speaks it (pyperf keeps its
+`_formatter.py` apart from its commands the same way): its time (the estimate with its interval), memory,
+tokens, the flags a reader must see beside a figure (contended, incomplete), and a finished case's status
+line. bench show, compare, report, gate, plot, history and export, and launch's status lines, take these from
+here, so no view can print a case another way.
+
+This floor imports neither bench.measure nor bench.results: what a case gives is read through the small
+Protocols below, each standing for the record named in its docstring (tests/bench/test_formats.py holds
+them to it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
+from typing import Protocol, runtime_checkable
 
 from rich.markup import escape
 from rich.text import Text
 
 from bench.errors import first_line
-from bench.measure.statistics import Estimate
-from bench.measure.timing import TimingSummary
-from bench.results.store import CaseResult, MemoryResult, RunResult
+
+
+@runtime_checkable
+class Interval(Protocol):
+    """A case's time across rounds with its 95% interval (bench.measure.statistics.Estimate), seconds."""
+
+    @property
+    def median_s(self) -> float: ...
+    @property
+    def low_s(self) -> float | None: ...
+    @property
+    def high_s(self) -> float | None: ...
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def relative_half_width(self) -> float | None: ...
+
+
+@runtime_checkable
+class Repeats(Protocol):
+    """Rank-max statistics over a case's repeats (bench.measure.timing.TimingSummary)."""
+
+    @property
+    def median_s(self) -> float: ...
+    @property
+    def noisy(self) -> bool: ...
+    @property
+    def relative_iqr(self) -> float: ...
+    @property
+    def rank_spread(self) -> float: ...
+    @property
+    def rank_medians_s(self) -> Sequence[float]: ...
+
+
+@runtime_checkable
+class PlannedCase(Protocol):
+    """A case as configured (bench.suite.config.Case): its id, ranks and the rounds it was to run."""
+
+    @property
+    def case_id(self) -> str: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def rounds(self) -> int: ...
+
+
+@runtime_checkable
+class PeakMemory(Protocol):
+    """A case's peak allocated memory (bench.results.store.MemoryResult)."""
+
+    @property
+    def peak_mib(self) -> float: ...
+
+
+@runtime_checkable
+class Throughput(Protocol):
+    """Model FLOPs against the measured matmul limit (bench.results.store.ThroughputResult)."""
+
+    def achieved_gflops(self, median_s: float, cp: int) -> float: ...
+    def fraction(self, median_s: float, cp: int) -> float: ...
+
+
+@runtime_checkable
+class Sharing(Protocol):
+    """How shared the machine was while a case was timed (bench.measure.contention.Contention)."""
+
+    @property
+    def reason(self) -> str | None: ...
+
+
+@runtime_checkable
+class MeasuredCase(Protocol):
+    """The outcome of one case over its rounds (bench.results.store.CaseResult)."""
+
+    @property
+    def case(self) -> PlannedCase: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def rounds(self) -> Sized: ...
+    @property
+    def estimate(self) -> Interval | None: ...
+    @property
+    def timing(self) -> Repeats | None: ...
+    @property
+    def contended(self) -> bool: ...
+    @property
+    def contended_rounds(self) -> int: ...
+    @property
+    def memory(self) -> PeakMemory | None: ...
+    @property
+    def throughput(self) -> Throughput | None: ...
+    @property
+    def contention(self) -> Sharing | None: ...
+    @property
+    def seconds(self) -> float | None: ...
+    @property
+    def wall_s(self) -> float: ...
+
+
+@runtime_checkable
+class MeasuredRun(Protocol):
+    """One result file's cases (bench.results.store.RunResult)."""
+
+    @property
+    def cases(self) -> Sequence[MeasuredCase]: ...
 
 
 def format_seconds(seconds: float) -> str:
@@ -27,7 +139,7 @@ def _in_unit(seconds: float, centre_s: float) -> str:
     return f"{value:.0f}" if value >= 1e4 else f"{value:.4g}"
 
 
-def format_ms(summary: TimingSummary | None) -> str:
+def format_ms(summary: Repeats | None) -> str:
     """One round's median over repeats (`format_seconds`), with `*` when noisy (IQR/median > 10%); `-` when
     not measured."""
     if summary is None:
@@ -50,7 +162,7 @@ CONTENDED_MARK = " (contended)"
 """After the time of a case every round of which was timed on a shared machine: never presented as clean."""
 
 
-def format_estimate(est: Estimate | None, one_round: TimingSummary | None = None) -> str:
+def format_estimate(est: Interval | None, one_round: Repeats | None = None) -> str:
     """An estimate with the half-width of its 95% interval across rounds, `12.345 ms ±4.1%`, or its ends
     when wider than WIDE, `12.345 ms [6.102, 24.98]`; without an interval (one round) `one_round`'s median
     (`format_ms`) when given, else `12.345 ms (1 round)`; `-` when there is none."""
@@ -66,7 +178,7 @@ def format_estimate(est: Estimate | None, one_round: TimingSummary | None = None
     return f"{format_seconds(est.median_s)} ±{100 * width:.1f}%"
 
 
-def format_time(result: CaseResult | None, *, contended_mark: bool = True) -> str:
+def format_time(result: MeasuredCase | None, *, contended_mark: bool = True) -> str:
     """A case's time as every view shows it (`format_estimate` of its estimate, the median over repeats
     with one round); `-` when not measured; CONTENDED_MARK after it when contended (unless `contended_mark`
     is False: a status line says why instead)."""
@@ -76,7 +188,7 @@ def format_time(result: CaseResult | None, *, contended_mark: bool = True) -> st
     return format_estimate(result.estimate, result.timing) + mark
 
 
-def contention_summary(run: RunResult) -> str | None:
+def contention_summary(run: MeasuredRun) -> str | None:
     """How much of the run was timed on a shared machine, in one line for every output that presents it
     (bench show, bench run's summary, the report's banner), or None when no round was: `3 of 38 cases
     contended (every round timed while the machine was shared: not the code's time alone); 12 of 190 rounds
@@ -99,13 +211,13 @@ def contention_summary(run: RunResult) -> str | None:
     )
 
 
-def contention_label(run: RunResult) -> str:
+def contention_label(run: MeasuredRun) -> str:
     """The word before `contention_summary` in every view: "contended" when some case was in every round,
     else "shared rounds" (a few rounds, left out of the estimates)."""
     return "contended" if contended_cases(run.cases)[0] else "shared rounds"
 
 
-def incomplete_summary(run: RunResult) -> str | None:
+def incomplete_summary(run: MeasuredRun) -> str | None:
     """One line when some measured case has fewer rounds than it was to run (a run stopped early, or by
     --stop-after-round), for every output that presents the run, or None: `2 of 8 cases incomplete: 4 of 16
     rounds measured; their intervals are wider than planned (bench run --resume FILE continues the run)`."""
@@ -121,19 +233,19 @@ def incomplete_summary(run: RunResult) -> str | None:
     )
 
 
-def contended_cases(cases: Iterable[CaseResult]) -> tuple[int, int]:
+def contended_cases(cases: Iterable[MeasuredCase]) -> tuple[int, int]:
     """(how many of the ok `cases` are contended, how many are ok)."""
     ok = [c for c in cases if c.status == "ok"]
     return sum(c.contended for c in ok), len(ok)
 
 
-def mostly_contended(cases: Iterable[CaseResult]) -> bool:
+def mostly_contended(cases: Iterable[MeasuredCase]) -> bool:
     """More than half of the ok `cases` are contended: a report or chart of them says so in its title."""
     shared, ok = contended_cases(cases)
     return 2 * shared > ok
 
 
-def format_mib(memory: MemoryResult | None) -> str:
+def format_mib(memory: PeakMemory | None) -> str:
     return "-" if memory is None else f"{memory.peak_mib:.1f} MiB"
 
 
@@ -146,7 +258,7 @@ def format_checkpoint(checkpoint: bool | None) -> str:
     return "n/a" if checkpoint is None else ("on" if checkpoint else "off")
 
 
-def format_throughput(result: CaseResult) -> str:
+def format_throughput(result: MeasuredCase) -> str:
     """`12.3 GFLOP/s/rank (31% of matmul)` at the case's time (CaseResult.seconds), or "" without a
     throughput record."""
     tp, seconds = result.throughput, result.seconds
@@ -189,7 +301,7 @@ def _cells(markup: str) -> int:
 
 
 def case_line(
-    result: CaseResult, width: int | None = None, prefix: str = "", extra: Sequence[str] = ()
+    result: MeasuredCase, width: int | None = None, prefix: str = "", extra: Sequence[str] = ()
 ) -> str:
     """A finished case's status in rich markup: `prefix` (its round), status, id, its time (`format_time`:
     the estimate, as every table shows it), IQR, rank spread, peak, throughput, wall time and whether the

@@ -1,19 +1,20 @@
-"""Start local ranks from inside a program (a CLI, a test) with torch.distributed's elastic launcher.
+"""Start local ranks from inside a program (bench's commands, the tests) with torch.distributed's elastic
+launcher, or as a pool (bench.launch.pool), forked from one server process (rank_context).
 
 Each rank runs `fn(*args)` inside an initialised process group on 127.0.0.1, with an explicit thread count
-and a collective timeout, so that a bug fails fast instead of hanging. Under torchrun, call `fn` directly
-instead: the process group comes from the environment.
+and a collective timeout, so that a bug fails fast instead of hanging. A library user starts ranks with
+torchrun instead, and joins the group with gdn_cp.distributed.process_group.
 
 Nothing listens beyond this host: the launcher's rendezvous is LoopbackRendezvous, whose store (the one the
 ranks bootstrap from) is bound to 127.0.0.1 on a free port. torch's own c10d and static rendezvous host
 their TCPStores on every interface whatever host the endpoint names (`is_host` and `local_addr` only
-choose who hosts it and what address the ranks are told), so they are not used.
+choose who hosts it and what address the ranks are told), so they are not used. Nothing outlives the
+launcher either: the server and every rank die with it, even when it is SIGKILLed (bench.launch.lifeline).
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import datetime
 import multiprocessing
 import os
@@ -37,7 +38,9 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from gdn_cp.distributed.platform import DeviceInfo, Platform, PlatformError, read_devices, resolve_platform
+from bench.launch import lifeline
+from gdn_cp.distributed.platform import resolve_platform
+from gdn_cp.distributed.process_group import init_rank_group, teardown_process_group
 
 
 class RankFailure(RuntimeError):
@@ -50,7 +53,7 @@ class RankFailure(RuntimeError):
 
 
 LOOPBACK = "127.0.0.1"
-RENDEZVOUS_BACKEND = "gdn-cp-loopback"
+RENDEZVOUS_BACKEND = "bench-loopback"
 """The name LoopbackRendezvous is registered under (torch's rendezvous handler registry)."""
 
 START_METHOD = "forkserver"
@@ -106,18 +109,20 @@ def check_main_guarded() -> None:
 
 
 def rank_context(preload: Iterable[str] = ()) -> multiprocessing.context.BaseContext:
-    """The multiprocessing context local ranks start from (START_METHOD), its server preloading torch,
-    this module and `preload` (module names: the rank function's).
+    """The multiprocessing context local ranks start from (START_METHOD), its server started now, armed to
+    die with this process (bench.launch.lifeline, first of its preload list), preloading torch, this module
+    and `preload` (module names: the rank function's).
 
-    The server starts at the first process started from it and then serves every later launch of this
-    program; the preload list only counts until then, so a module not in it is imported by each rank as it
-    unpickles the function (correct, only slower). Ranks see the environment the server started with plus
-    what their launcher sets (LaunchConfig's, RankPool's `env`). RuntimeError when called from an unguarded
-    script (check_main_guarded).
+    The server serves every later launch of this program; the preload list only counts until it starts, so
+    a module not in it is imported by each rank as it unpickles the function (correct, only slower). Ranks
+    see the environment the server started with plus what their launcher sets (LaunchConfig's, RankPool's
+    `env`). Call it from the main thread (a server started from another is not armed: lifeline).
+    RuntimeError when called from an unguarded script (check_main_guarded).
     """
     check_main_guarded()
     ctx = multiprocessing.get_context(START_METHOD)
-    ctx.set_forkserver_preload(["torch", "torch.distributed", __name__, *preload])
+    ctx.set_forkserver_preload([lifeline.__name__, "torch", "torch.distributed", __name__, *preload])
+    lifeline.start_server()
     return ctx
 
 
@@ -192,72 +197,6 @@ def _loopback_rendezvous(params: RendezvousParameters) -> LoopbackRendezvous:
 rendezvous_handler_registry.register(RENDEZVOUS_BACKEND, _loopback_rendezvous)
 
 
-def local_rank() -> int:
-    """This process's rank on its host (LOCAL_RANK, set by run_on_ranks and torchrun; 0 when unset): the
-    index of the accelerator it uses."""
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def local_world_size() -> int:
-    """Ranks on this host (LOCAL_WORLD_SIZE, set by run_on_ranks, pools and torchrun; else the world size,
-    else 1): what shares this host's cores and memory."""
-    if "LOCAL_WORLD_SIZE" in os.environ:
-        return int(os.environ["LOCAL_WORLD_SIZE"])
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def init_rank_group(platform: Platform, timeout: datetime.timedelta, **kwargs: Any) -> None:
-    """Join the process group as this process's rank: set_device(LOCAL_RANK) first, then init_process_group
-    with the platform's backend and, on an accelerator, `device_id` = that device. NCCL (and HCCL) then bind
-    the communicator to it at once instead of guessing at the first collective (a barrier guesses device
-    `rank % count`; a batch_isend_irecv as the first collective needs the bound device). `kwargs` go to
-    init_process_group (store, rank, world_size)."""
-    index = local_rank()
-    platform.set_device(index)
-    device_id = None if platform.device_type == "cpu" else platform.device(index)
-    dist.init_process_group(platform.backend, timeout=timeout, device_id=device_id, **kwargs)
-
-
-PROBE_TIMEOUT_S = 120.0
-"""How long the device probe may take (a context per device; seconds on a node of 8 GPUs)."""
-
-
-def _probe_main(device_type: str, conn: Any) -> None:
-    conn.send(read_devices(resolve_platform(device_type)))
-    conn.close()
-
-
-_probed: dict[str, tuple[DeviceInfo, ...]] = {}
-
-
-def probe_devices(platform: Platform) -> tuple[DeviceInfo, ...]:
-    """Every accelerator of this host (name, free and total memory), read once per process by a short-lived
-    child (forked from the ranks' server: no torch import to pay), so that this process, a launcher, never
-    creates a device context (gdn_cp.distributed.platform); () on cpu. PlatformError when the probe fails."""
-    if platform.device_type == "cpu":
-        return ()
-    if platform.device_type not in _probed:
-        ctx = rank_context()
-        receive, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_probe_main, args=(platform.device_type, send), daemon=True)
-        child.start()
-        send.close()
-        found = None
-        if receive.poll(PROBE_TIMEOUT_S):
-            with contextlib.suppress(EOFError):  # the probe died before it answered
-                found = receive.recv()
-        child.join(5)
-        if found is None:
-            child.kill()
-            raise PlatformError(
-                f"reading this host's {platform.device_type} devices failed (the probe process exited with "
-                f"{child.exitcode}, or took over {PROBE_TIMEOUT_S:.0f} s); check the driver with "
-                "`bench doctor`"
-            )
-        _probed[platform.device_type] = found
-    return _probed[platform.device_type]
-
-
 def default_threads_per_rank(world_size: int) -> int:
     """Cores divided by ranks, at least one."""
     return max(1, (os.cpu_count() or 1) // world_size)
@@ -270,40 +209,6 @@ PEER_ERRORS = ("Connection reset by peer", "Connection closed by peer", "Broken 
 def is_peer_error(message: str) -> bool:
     """Whether a rank's error is the echo of another rank's failure (PEER_ERRORS)."""
     return any(text in message for text in PEER_ERRORS)
-
-
-TEARDOWN_KEY = "gdn_cp/teardown/{attempt}/{rank}"
-"""The store key each rank sets when it reaches `teardown_process_group` (per torchrun restart attempt)."""
-
-
-def teardown_process_group(timeout: datetime.timedelta | None = None) -> None:
-    """destroy_process_group once every rank of the default group has got here: a barrier through the store
-    (which stays up), not through the backend's own connections, which are the ones being closed.
-
-    Why: a rank's communication is over when its works complete, but a peer's may not be. gloo completes a
-    send once its bytes are written to the local socket, not once the peer has read them, and destroying the
-    group closes every connection at once (gloo's hard close resets it: SO_LINGER 0). A rank that finishes
-    first, typically the one whose last operation is a send (the last hop of p2p's backward chain, scan's
-    round-0 shift backward at the last rank, an all-gather that completed on one rank before another), would
-    reset its peers' connections while they still read its last message: their receive fails with
-    "Connection reset by peer", or gloo's I/O thread aborts the process ("terminate called without an active
-    exception") when the peer is itself tearing down, which is what skewed timing (a loaded machine) exposed.
-    Once every rank is here, every rank's works are complete, so nothing in flight is still needed.
-    """
-    if not dist.is_initialized():
-        return
-    world = dist.get_world_size()
-    if world > 1:
-        # The store the group was built on (the one every rank shares); torch keeps it with the default group.
-        store = dist.distributed_c10d._get_default_store()
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store.set(TEARDOWN_KEY.format(attempt=attempt, rank=dist.get_rank()), "1")
-        keys = [TEARDOWN_KEY.format(attempt=attempt, rank=r) for r in range(world)]
-        if timeout is None:
-            store.wait(keys)
-        else:
-            store.wait(keys, timeout)
-    dist.destroy_process_group()
 
 
 @record
