@@ -6,6 +6,7 @@ import argparse
 import importlib
 import importlib.metadata
 import sys
+from types import ModuleType
 from typing import NoReturn
 
 from bench.commands import NAMES, module, summary
@@ -73,6 +74,13 @@ def _user_facing() -> tuple[type[BaseException], ...]:
     return (platform, importlib.import_module("bench.results.store").ResultWriteError)
 
 
+def _user_backends() -> ModuleType:
+    """bench.launch.user_backends, which imports the user's backend modules before the command reads a
+    scenario; looked up when a command that takes --backend-module runs (it imports torch, which
+    `bench --help` does without)."""
+    return importlib.import_module("bench.launch.user_backends")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; a user error (UserError, a usage error, or a device that cannot be used) is one red
     line, exit 1."""
@@ -85,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "_main", None) is None:
             parser.print_help()
             return 0 if args.command is None else 1
+        if hasattr(args, "backend_modules"):  # a command that reads scenarios or starts ranks
+            _user_backends().load(args.backend_modules)
         return int(args._main(args) or 0)
     except SystemExit:  # --help, --version: argparse's own exit, before any command module loads
         raise

@@ -85,7 +85,7 @@ tail -n 1 "$work/doctor.txt"
 
 step "a handful of tests, -p no:benchmark"
 logged tests "$node" -m pytest -q -p no:cacheprovider -p no:benchmark tests/bench/test_dependencies.py \
-    tests/scripts/test_wheelhouse.py tests/distributed/test_platform.py tests/ops/test_backends.py
+    tests/scripts/test_wheelhouse.py tests/gdn_cp/distributed/test_platform.py tests/gdn_cp/ops/test_backends.py
 tail -n 1 "$work/tests.txt"
 
 step "FLA into a folder of its own (--target), and bench doctor --device cpu with it on PYTHONPATH"

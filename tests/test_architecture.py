@@ -228,3 +228,12 @@ def test_no_command_imports_another() -> None:
         if target in commands
     ]
     assert not crossing, crossing
+
+
+@pytest.mark.parametrize("package", ["gdn_cp", "bench"])
+def test_the_tests_mirror_the_packages(package: str) -> None:
+    """Each package of gdn_cp and bench has its tests in the same place under tests/ (tests/gdn_cp/ops for
+    gdn_cp/ops; a subpackage's tests live with its parent's): a module's tests are found by its name."""
+    packages = sorted(p.parent.name for p in (ROOT / package).glob("*/__init__.py"))
+    missing = [p for p in packages if not any((ROOT / "tests" / package / p).glob("test_*.py"))]
+    assert not missing, f"no tests/{package}/<name>/test_*.py for these packages: {missing}"

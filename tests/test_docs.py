@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gdn_cp.ops.backends.plugins import ENTRY_POINT_GROUP
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -34,6 +36,10 @@ committed; a file under it (one with a suffix) must exist."""
 KNOWN_ABSENT = {
     "bench/scenarios": "the wheel's copy of scenarios/ (pyproject's force-include), absent from a checkout",
 }
+NOT_MODULES = {
+    ENTRY_POINT_GROUP: "the entry point group of backend plugins (gdn_cp.ops.backends.plugins), not a module",
+}
+"""Dotted names of the project's vocabulary that name no module."""
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -167,6 +173,8 @@ def _named_modules(text: str) -> set[str]:
     for token in MODULE.findall(text):
         if token.endswith(FILE_SUFFIXES) or token.lower().endswith(FILE_SUFFIXES):
             continue  # bench.yaml: a file
+        if token in NOT_MODULES:
+            continue
         out.add(token)
     return out
 

@@ -56,6 +56,22 @@ def add_device(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_backend_modules(parser: argparse.ArgumentParser) -> None:
+    """--backend-module: imported before any scenario is read, in bench and in every rank (bench.cli,
+    bench.launch.user_backends)."""
+    parser.add_argument(
+        "--backend-module",
+        dest="backend_modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (a dotted name on PYTHONPATH) for the backends it registers "
+        "(gdn_cp.ops.register_backend), before the scenarios are read, in every rank and on both sides of a "
+        "compare; repeatable; BENCH_BACKENDS=MOD1,MOD2 does the same. Installed packages that declare a "
+        "`gdn_cp.backends` entry point need neither",
+    )
+
+
 def integer_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse `type`: a whole number >= minimum, else a usage error (argparse names the flag)."""
 

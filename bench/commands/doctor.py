@@ -39,6 +39,7 @@ HEADERS = ("group", "check", "status", "detail")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common_args.add_device(parser)
+    common_args.add_backend_modules(parser)
     parser.add_argument(
         "--timeout",
         type=common_args.positive_number,

@@ -82,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     common_args.add_device(parser)
     common_args.add_config(parser)
+    common_args.add_backend_modules(parser)
     parser.add_argument(
         "--verify",
         dest="verify",

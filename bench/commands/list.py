@@ -27,6 +27,7 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common_args.add_scenarios(parser, "scenario names or .yaml paths (none: list every scenario)")
     common_args.add_config(parser)
+    common_args.add_backend_modules(parser)
 
 
 def main(args: argparse.Namespace) -> int:

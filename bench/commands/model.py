@@ -77,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub.add_argument("--links", required=True, help="interconnect file (bench model calibrate, or typed)")
     table = actions.choices["table"]
     table.add_argument("--scenario", help="predict this scenario's layer (default: the measured one)")
+    common_args.add_backend_modules(table)
     table.add_argument(
         "--cp", type=common_args.integer_at_least(1), nargs="+", default=list(TABLE_CP), help="CP degrees"
     )

@@ -71,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "<results_dir>/profiles/<date>-...-<case>/)",
     )
     common_args.add_config(parser)
+    common_args.add_backend_modules(parser)
 
 
 def main(args: argparse.Namespace) -> int:

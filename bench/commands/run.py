@@ -115,6 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --commits: where the per-commit files go (default: <results_dir>/history)",
     )
     common_args.add_config(parser)
+    common_args.add_backend_modules(parser)
 
 
 def main(args: argparse.Namespace) -> int:

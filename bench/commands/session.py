@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.errors import UserError
-from bench.launch import interleave
+from bench.launch import interleave, user_backends
 from bench.launch.devices import host_device_name
 from bench.launch.gitrefs import FileSide, Side
 from bench.launch.launcher import (
@@ -61,6 +61,7 @@ class CaseChoice:
         selections into the command's own (verify's forward+backward cases, profile's one case, compare's
         cases of a result file; `narrowed_by` says what it did, for the message), raising UserError for what
         it cannot use. UserError when no case is left (bench.suite.selection.require_cases)."""
+        user_backends.load()  # BENCH_BACKENDS (--backend-module: bench.cli), before a scenario is read
         overrides = parse_overrides(self.sets, self.device)
         suite = self.suite()
         selections = select(suite, self.scenarios, overrides, parse_filters(self.filters))
@@ -245,7 +246,8 @@ def command_argv(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The `bench VERB` command line of a run, as argv: the scenario words, --set, --filter, --device,
-    --config, then `extra` (the command's own flags). What a result file records (RunResult.command), and
+    --config, the --backend-module flags this process was given (bench.launch.user_backends), then `extra`
+    (the command's own flags). What a result file records (RunResult.command), and
     what `bench run` prints to continue an interrupted run; the same whether the run came from the command
     line or from Python (bench.api)."""
     argv = ["bench", verb, *scenarios]
@@ -256,6 +258,8 @@ def command_argv(
         argv += ["--device", device]
     if config is not None:
         argv += ["--config", config]
+    for module in user_backends.flagged():
+        argv += ["--backend-module", module]
     return [*argv, *extra]
 
 

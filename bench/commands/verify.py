@@ -137,6 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "....json, -2, -3, ... added when taken)",
     )
     common_args.add_config(parser)
+    common_args.add_backend_modules(parser)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,10 +1,10 @@
 """Bytes a case moves between ranks, from the communication model of gdn_cp.distributed.comm_model.
 
 Result files of `bench run` store no byte counts; the model gives them exactly from the case's own
-configuration (mode, layer, cp, length, batch, pass, layout): `bench profile` counts every collective's
-bytes on the wire beside the model and exits 3 where they differ, and tests/distributed/test_comm_model.py
-holds the counts equal to the model for every mode. The model knows nothing of packed documents: a packed
-case moves what the same tokens unpacked move.
+configuration (mode, layer, cp, length, batch, pass, layout): `bench profile` counts every collective's bytes
+on the wire beside the model and exits 3 where they differ, and tests/gdn_cp/distributed/test_comm_model.py
+holds the counts equal to the model for every mode. The model knows nothing of packed documents: a packed case
+moves what the same tokens unpacked move.
 """
 
 from __future__ import annotations

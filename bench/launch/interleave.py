@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from bench.errors import UserError
+from bench.launch import user_backends
 from bench.launch.gitrefs import RefSide
 from bench.results.env import REF_ENV
 from bench.results.store import SESSION_ENV, RunResult, load_result
@@ -133,12 +134,17 @@ def bench_run_argv(
 
 
 def side_env(root: Path, session: str, ref: str) -> dict[str, str]:
-    """This process's environment with PYTHONPATH = the worktree alone, so its bench and gdn_cp import
-    first (an editable install's finder comes after PYTHONPATH on sys.path), the ref it was checked out
-    from (REF_ENV: the branch its result records) and the session id ("": runs of their own, as a
-    backfill's: none is set)."""
+    """This process's environment with PYTHONPATH = the worktree, so its bench and gdn_cp import first (an
+    editable install's finder comes after PYTHONPATH on sys.path), then the folders of the user's backend
+    modules, which BENCH_BACKENDS names (bench.launch.user_backends: the side's bench imports them as this
+    one did), the ref it was checked out from (REF_ENV: the branch its result records) and the session id
+    ("": runs of their own, as a backfill's: none is set)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(root)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *user_backends.search_path()])
+    modules = user_backends.imported_modules()
+    env.pop(user_backends.BACKENDS_ENV, None)
+    if modules:
+        env[user_backends.BACKENDS_ENV] = ",".join(modules)
     env[REF_ENV] = ref
     env.pop(SESSION_ENV, None)
     if session:

@@ -44,6 +44,7 @@ from bench.launch.job import (
 from bench.launch.local import default_threads_per_rank
 from bench.launch.pool import RankPool
 from bench.launch.preflight import check_cases
+from bench.launch.user_backends import BackendOnlyInLauncher
 from bench.measure.gate import CaseCheckError
 from bench.measure.memory import PROFILER_PRELOAD
 from bench.measure.rank import CaseRound, RankResults, measure_on_rank
@@ -123,13 +124,17 @@ class Outcome:
     """The id of the ranks' lifetime it ran in (a local pool's); None under torchrun (the job's one)."""
 
 
-GATE_FAILURE = re.compile(rf"^rank \d+ failed: {CaseCheckError.__name__}: ")
-"""How a rank's failure starts when the correctness gate failed the case (bench.measure.gate)."""
+GATE_FAILURE = re.compile(
+    rf"^rank \d+ failed: (?:{CaseCheckError.__name__}|{BackendOnlyInLauncher.__name__}): "
+)
+"""How a rank's failure starts when the correctness gate failed the case (bench.measure.gate), or when the
+ranks lack a backend the launcher registered (bench.launch.user_backends)."""
 
 
 def failure_line(error: str) -> str:
-    """A case's failure as recorded: the gate's own line where the gate failed it (every rank raised the same
-    line: which rank was first says nothing), else the first failing rank and its error."""
+    """A case's failure as recorded: the gate's own line where the gate failed it, the missing backend's where
+    the ranks lack one the launcher has (every rank raised the same line: which rank was first says
+    nothing), else the first failing rank and its error."""
     return GATE_FAILURE.sub("", error, count=1)
 
 

@@ -39,6 +39,7 @@ from torch.distributed.elastic.rendezvous import (
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from bench.launch import lifeline
+from bench.launch.user_backends import prepare_rank, rank_env
 from gdn_cp.distributed.platform import resolve_platform
 from gdn_cp.distributed.process_group import init_rank_group, teardown_process_group
 
@@ -218,6 +219,7 @@ def _rank_main(
     os.environ.update(env)
     torch.set_num_threads(threads)
     init_rank_group(resolve_platform(device), datetime.timedelta(seconds=timeout_s))
+    backends = prepare_rank()  # the user's backends (bench.launch.user_backends), the device set
     try:
         result = fn(*args)
     except Exception as exc:
@@ -227,6 +229,9 @@ def _rank_main(
             time.sleep(1.5)
         # No destroy_process_group here: closing connections now would make the other ranks fail with
         # "connection reset" before this rank's own error is recorded.
+        explained = backends.explain(exc)
+        if explained is not exc:
+            raise explained from None
         raise
     teardown_process_group(datetime.timedelta(seconds=timeout_s))
     return result
@@ -273,7 +278,8 @@ def run_on_ranks(
         device: "cpu" (gloo), "cuda" (nccl), "npu" (hccl) or "auto"
         threads_per_rank: torch threads per rank; default cores // world_size
         timeout_s: collective timeout; a rank stuck in a collective longer than this fails
-        env: extra environment variables for the ranks
+        env: extra environment variables for the ranks (beside bench.launch.user_backends.rank_env: the
+            user's backends, which every rank imports)
     Raises:
         RankFailure: a rank raised, died or timed out; the message is the root cause: the first failing
             rank's exception (not another rank's "connection reset" that followed), or how it died.
@@ -292,7 +298,8 @@ def run_on_ranks(
     )
     rank_context([fn.__module__])  # the server elastic_launch forks from: preload the rank function's module
     try:
-        results = elastic_launch(config, _rank_main)(fn, args, threads, device, timeout_s, dict(env or {}))
+        ranks_env = {**rank_env(), **(env or {})}
+        results = elastic_launch(config, _rank_main)(fn, args, threads, device, timeout_s, ranks_env)
     except ChildFailedError as exc:
         raise RankFailure(*_root_cause(exc)) from None
     return [results[rank] for rank in range(world_size)]

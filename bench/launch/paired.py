@@ -34,7 +34,7 @@ from bench.launch.interleave import Checkout
 from bench.launch.launcher import LocalLauncher, Outcome, prepare_launch
 from bench.launch.schedule import Slot, new_seed
 from bench.launch.sweep import judge_with_earlier, recent_windows, round_slots, with_round
-from bench.measure.library import LibraryError, load_library
+from bench.measure.library import BackendImportError, LibraryError, load_library
 from bench.measure.rank import PairedCase, measure_pair_on_rank
 from bench.results.env import collect_environment, commit_info, git_info
 from bench.results.store import NOT_COMPARABLE, CaseResult, ResultWriter, RunResult
@@ -54,10 +54,16 @@ class PairedSides:
 
 def check_libraries(roots: Sequence[str], labels: Sequence[str]) -> None:
     """Load each worktree's gdn_cp in this process once before any rank starts: a ref whose gdn_cp cannot
-    be loaded beside this checkout's, or lacks what the harness builds a case with, is one UserError."""
+    be loaded beside this checkout's, lacks what the harness builds a case with, or with which a module
+    imported for its backends does not import, is one UserError."""
     for root, label in zip(roots, labels, strict=True):
         try:
             load_library(root)
+        except BackendImportError as exc:
+            raise UserError(
+                f"{label}: backend module {exc.module} does not import with this ref's gdn_cp "
+                f"({exc.reason}); a module named for its backends must import on both sides of a compare"
+            ) from None
         except LibraryError as exc:
             raise UserError(
                 f"{label}: its gdn_cp cannot be measured paired ({exc}); compare with --unpaired, which runs "

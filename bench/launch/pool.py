@@ -39,6 +39,7 @@ from typing import Any
 from bench.launch.local import RankFailure, is_peer_error, loopback_store, rank_context
 from bench.launch.pool_rank import RankSetup, rank_main
 from bench.launch.stuck import DUMP_WAIT_S, inspect_ranks, stuck_ranks
+from bench.launch.user_backends import rank_env
 
 GRACE_S = 1.5
 """After the first failure of a case, how long the other ranks' reports are awaited (the root cause may
@@ -122,7 +123,8 @@ class RankPool:
         self.device = device
         self.threads = threads
         self.timeout_s = timeout_s
-        self.env = dict(env or {})
+        self.env = {**rank_env(), **(env or {})}
+        """The ranks' extra environment: `env` beside the user's backends (bench.launch.user_backends)."""
         self.starts = 0
         """Pool lifetimes started so far (restarts after failures included)."""
         self.lifetime: str | None = None

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from bench.launch.local import LOOPBACK, is_peer_error
 from bench.launch.stuck import DUMP_SIGNAL
+from bench.launch.user_backends import RankBackends, prepare_rank
 from gdn_cp.distributed.platform import resolve_platform
 from gdn_cp.distributed.process_group import init_rank_group, teardown_process_group
 
@@ -86,6 +87,12 @@ def rank_main(setup: RankSetup, conn: Connection) -> None:
         rank=setup.rank,
         world_size=setup.world_size,
     )
+    # the user's backends (bench.launch.user_backends) once the device is set: a kernel package may use it
+    unusable: ImportError | None = None
+    try:
+        backends = prepare_rank()
+    except ImportError as exc:  # a backend module this rank cannot import: its first case fails with it
+        backends, unusable = RankBackends(), exc
     # What is alive now (modules, torch) stays alive: leave it out of every later collection, so that the
     # gc.collect() before a memory reading (bench.measure.memory) takes milliseconds instead of 0.1 s.
     gc.freeze()
@@ -99,9 +106,11 @@ def rank_main(setup: RankSetup, conn: Connection) -> None:
             break
         index, payload = message
         try:
+            if unusable is not None:
+                raise unusable
             value = setup.fn(payload, setup.device)
         except Exception as exc:
-            text = _describe(exc)
+            text = _describe(backends.explain(exc))
             if is_peer_error(text):
                 # Another rank failed first and closed its connections: let its own error reach the parent
                 # first.

@@ -5,8 +5,9 @@ local ranks than the host can run, and a rough memory estimate above what is ava
 (bench.launch.estimate; when chunk_size exceeds the shard, it is named as the cause: the chunked op pads the
 shard to whole chunks, each with C x C matrices), a backend that cannot run the case here (device, dtype,
 chunk size, head dim, its package missing: found on the path, never imported, since this process holds no
-device context) or, for a command that times, would run interpreted. Each error names the scenario file,
-line and fix, through the Locator the scenario was read with (the file is not read again)."""
+device context) or, for a command that times, would run interpreted (for another: in an interpreter its
+kernels cannot run in). Each error names the scenario file, line and fix, through the Locator the scenario
+was read with (the file is not read again)."""
 
 from __future__ import annotations
 
@@ -150,6 +151,15 @@ def _check_backend(locate: Locator, case: Case, platform: Platform | None, timed
             f"case {case.case_id}: backend {backend.name!r} would run in Triton's interpreter here "
             "(TRITON_INTERPRET=1): its times would measure the interpreter, not the kernels; unset "
             "TRITON_INTERPRET on a GPU, or check the backend's numbers with `bench verify`",
+        )
+    # an interpreter its kernels cannot run in (a Triton without what gdn_cp patches): one line here, not
+    # InterpreterSupportError's traceback from every rank
+    problem = backend.interpreter_problem() if platform is not None and backend.interpreted() else None
+    if problem is not None:
+        raise locate.error(
+            ("backend",),
+            "backend",
+            f"case {case.case_id}: {problem}; or leave its cases out with --filter backend={DEFAULT_BACKEND}",
         )
 
 

@@ -18,7 +18,10 @@ seeded_layer and LinearAttentionContextParallel. A ref without them cannot be pa
 may set what an older ref does not take (a backend, overlap, a layout): `Library.unsupported` names those
 fields, and the case is then not comparable for that ref (never run with the field silently dropped, which
 would time the ref's own default under the case's name). A ref whose gdn_cp records what ran
-(gdn_cp.ops.ran) is recorded through its own module (`Library.recording`): each copy has its own.
+(gdn_cp.ops.ran) is recorded through its own module (`Library.recording`): each copy has its own. So does
+each copy's backend registry: the modules and entry points this process imported for a user's backends
+(bench.launch.user_backends) are imported again while a copy loads, registering with its registry (one that
+does not import with a ref's gdn_cp is a BackendImportError naming the module).
 """
 
 from __future__ import annotations
@@ -36,15 +39,29 @@ from typing import Any
 from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
 
 import gdn_cp
+from bench.errors import first_line
 from gdn_cp import layers as this_layers
+from gdn_cp.ops import backend_sources
 from gdn_cp.ops import ran as this_ran
 from gdn_cp.ops.backends import DEFAULT_BACKEND
+from gdn_cp.ops.backends.plugins import load_target
 
 PACKAGE = "gdn_cp"
 
 
 class LibraryError(RuntimeError):
     """A checkout's gdn_cp cannot be loaded, or lacks what the harness builds a case with."""
+
+
+class BackendImportError(LibraryError):
+    """A module imported for its backends (bench.launch.user_backends) does not import with a checkout's
+    gdn_cp."""
+
+    def __init__(self, root: str, module: str, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {first_line(str(exc))}"
+        super().__init__(f"{root}: backend module {module} does not import with its {PACKAGE} ({reason})")
+        self.module = module
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +173,16 @@ def load_library(root: str) -> Library:
     sys.path.insert(0, root)
     importlib.invalidate_caches()
     try:
-        with _registrations_skipped():
-            package = importlib.import_module(PACKAGE)
-            layers = importlib.import_module(f"{PACKAGE}.layers")
-            ran = _optional_module(f"{PACKAGE}.ops.ran")
-    except Exception as exc:
-        raise LibraryError(f"{root}: importing its {PACKAGE} failed ({type(exc).__name__}: {exc})") from exc
+        try:
+            with _registrations_skipped():
+                package = importlib.import_module(PACKAGE)
+                layers = importlib.import_module(f"{PACKAGE}.layers")
+                ran = _optional_module(f"{PACKAGE}.ops.ran")
+        except Exception as exc:
+            raise LibraryError(
+                f"{root}: importing its {PACKAGE} failed ({type(exc).__name__}: {exc})"
+            ) from exc
+        _register_user_backends(root)  # while its gdn_cp is the one `import gdn_cp` finds
     finally:
         sys.path.remove(root)
         for name in _package_modules():  # this copy's modules: reachable through its objects alone
@@ -183,6 +204,28 @@ def load_library(root: str) -> Library:
             f"{root}: its {PACKAGE} has no {exc.name} (the harness builds a case with GatedDeltaNetConfig, "
             "seeded_layer and LinearAttentionContextParallel)"
         ) from None
+
+
+def _register_user_backends(root: str) -> None:
+    """Import again, into the copy being loaded, every module and entry point this process imported for its
+    backends (gdn_cp.ops.backend_sources: --backend-module, BENCH_BACKENDS, `gdn_cp.backends`), so that they
+    register with the copy's registry (a user backend's name means the same op on both sides); the modules
+    this process had are put back after. BackendImportError for one that does not import with the copy."""
+    sources = backend_sources()
+    tops = {s.module.split(".")[0] for s in sources} - {PACKAGE}  # a module of gdn_cp's: the copy's own
+    mine = {n: m for n, m in sys.modules.items() if n.split(".")[0] in tops}
+    for name in mine:
+        del sys.modules[name]
+    try:
+        for source in sources:
+            try:
+                load_target(source.target)
+            except Exception as exc:
+                raise BackendImportError(root, source.module, exc) from exc
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] in tops]:
+            del sys.modules[name]
+        sys.modules.update(mine)
 
 
 def _optional_module(name: str) -> Any:

@@ -47,6 +47,7 @@ from gdn_cp.accuracy import LayerComparison, TrainThresholds
 from gdn_cp.distributed import DEFAULT_LAYOUT
 from gdn_cp.distributed.layout import piece_owners
 from gdn_cp.distributed.mutants import MUTANTS
+from gdn_cp.ops.backends.mutants import MUTANTS as BACKEND_MUTANTS
 
 MAX_LISTED_FAILURES = 6
 """Failing metrics listed per case and seed; the rest are counted."""
@@ -107,9 +108,13 @@ def power_text(record: Verification) -> str:
 
 
 def _power_note(records: Sequence[Verification]) -> str:
-    """Each case's mutants caught out of those run, e.g. "mutants caught (CP broken on rank 1): p2p 5/5"."""
+    """Each case's mutants caught out of those run, e.g. "mutants caught (...): p2p 5/5"."""
     cells = [f"{_row_label(r)} {power_cell(r.power)}" for r in records]
-    return "mutants caught (CP broken on rank 1, the first seed): " + ", ".join(cells)
+    ops = {m.name for m in BACKEND_MUTANTS}
+    where = "CP broken on rank 1" + (
+        ", or the case's op on every rank" if any(v.mutant in ops for r in records for v in r.power) else ""
+    )
+    return f"mutants caught ({where}, the first seed): " + ", ".join(cells)
 
 
 def _row_label(record: Verification) -> str:
@@ -268,15 +273,21 @@ def power_table(records: Sequence[Verification], title: str) -> TableData | None
     ran = [r for r in records if r.status == "ok" and r.power]
     if not ran:
         return None
-    names = [m.name for m in MUTANTS if any(v.mutant == m.name for r in ran for v in r.power)]
+    known = [m.name for m in (*MUTANTS, *BACKEND_MUTANTS)]
+    names = [n for n in known if any(v.mutant == n for r in ran for v in r.power)]
     columns = [_row_label(r) for r in ran]
     # every column after the first is a value (a case's verdict): continued groups repeat the mutant alone
-    table = TableData(title=title, headers=["mutant (rank 1)", *columns], numeric=set(range(1, len(ran) + 1)))
+    table = TableData(title=title, headers=["mutant", *columns], numeric=set(range(1, len(ran) + 1)))
     if any(isinstance(r, TrainVerification) for r in ran):
         table.notes.append(
             'first: caught by the first-step bars (the "state" model); traj: by the trajectory\'s bars at '
             "step 0 (its own model, the reference PR's initialisation)"
         )
+    ops = {m.name for m in BACKEND_MUTANTS}
+    table.notes.append(
+        "CP's mutants break rank 1 (the first rank a state enters)"
+        + ("; the op's (op_*) break the case's backend on every rank" if ops & set(names) else "")
+    )
     for name in names:
         cells = [next(v.description for r in ran for v in r.power if v.mutant == name)]
         for r in ran:

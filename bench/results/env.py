@@ -19,6 +19,7 @@ import torch
 
 from bench.records import RECORD_CONFIG
 from gdn_cp.distributed import Platform
+from gdn_cp.ops import backend_names, backend_sources, get_backend
 from gdn_cp.ops.backends import BUILT_IN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,9 @@ class HostEnvironment:
     cpu_count: int
     kernel_versions: dict[str, str] = field(default_factory=dict)
     """Versions of the packages behind the local-op backends (gdn_cp.ops.backends: fla-core, triton,
-    transformers), "absent" where not installed; empty in files written before they were recorded."""
+    transformers, and those a registered backend names), "absent" where not installed; and each module or
+    entry point imported for a user's backends (--backend-module, BENCH_BACKENDS, `gdn_cp.backends`) with
+    its distribution's version, else its file; empty in files written before they were recorded."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -214,8 +217,13 @@ def host_environment(platform: Platform, device_name: str, git: GitInfo | None =
 
 
 def kernel_versions() -> dict[str, str]:
-    """The installed versions of the built-in backends' packages (HostEnvironment.kernel_versions)."""
-    return {package: version for b in BUILT_IN for package, version in b.versions().items()}
+    """The installed versions of the registered backends' packages, and where the modules and entry points
+    imported for a user's backends came from (HostEnvironment.kernel_versions)."""
+    versions = {package: version for b in BUILT_IN for package, version in b.versions().items()}
+    for name in backend_names():
+        versions.update(get_backend(name).versions())
+    versions.update({source.target: source.origin for source in backend_sources()})
+    return versions
 
 
 def node_environment(platform: Platform, *, node: int, ranks: int, device_name: str) -> NodeEnvironment:

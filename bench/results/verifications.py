@@ -33,6 +33,7 @@ from bench.results.env import now_iso
 from bench.suite.config import Case, TrainSettings
 from gdn_cp.accuracy import LayerComparison, Thresholds, TrainThresholds
 from gdn_cp.distributed.mutants import BY_NAME
+from gdn_cp.ops.backends.mutants import BY_NAME as BACKEND_MUTANTS
 from gdn_cp.ops.ran import Ran
 
 VerifyStatus = Literal["ok", "failed", "skipped"]
@@ -62,7 +63,7 @@ class MutantVerdict:
     """Whether a check caught one mutant (derived from the stored numbers and bars)."""
 
     mutant: str
-    """The mutant's name (gdn_cp.distributed.mutants.MUTANTS)."""
+    """The mutant's name (gdn_cp.distributed.mutants.MUTANTS, or a backend's: gdn_cp.ops.backends.mutants)."""
     description: str
     caught: bool
     by: str | None = None
@@ -70,7 +71,7 @@ class MutantVerdict:
 
 
 def _description(name: str) -> str:
-    mutant = BY_NAME.get(name)
+    mutant = BY_NAME.get(name) or BACKEND_MUTANTS.get(name)
     return mutant.description if mutant is not None else name
 
 

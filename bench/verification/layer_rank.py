@@ -10,9 +10,10 @@ Per seed, three comparisons (LayerRuns):
   case without documents of its own: the packed path, where a boundary can be moved;
 - the reference PR's "random" inputs on the case's sequence: its table, reproduced beside the check.
 
-Then the power of the check: each mutant that applies to the case (gdn_cp.distributed.mutants) on rank 1,
-one at a time, through the first seed's packed "state" comparison (or the case's own sequence, when it
-cannot be packed).
+Then the power of the check: each mutant that applies to the case (bench.verification.mutants: CP's on rank
+1, gdn_cp.distributed.mutants; for a backend other than gdn_cp, its op's on every rank,
+gdn_cp.ops.backends.mutants), one at a time, through the first seed's packed "state" comparison (or the
+case's own sequence, when it cannot be packed).
 
 Runs inside the case's process group (a pool of `cp` local ranks, bench.launch.pool, or a torchrun job of
 cp ranks); every rank returns the same comparisons (rank 0 computes them against the full-sequence
@@ -27,8 +28,9 @@ from torch.distributed import ProcessGroup
 
 from bench.results.verifications import LayerMutant, LayerRuns
 from bench.suite.config import Case
+from bench.verification.mutants import case_mutants, mutated
 from gdn_cp.accuracy import LayerComparison, compare_layer_under_cp, edge_documents
-from gdn_cp.distributed import local_rank, mode_class, mutants, resolve_platform
+from gdn_cp.distributed import local_rank, resolve_platform
 from gdn_cp.distributed.collectives import group_rank_size
 from gdn_cp.layers import GatedDeltaNet
 
@@ -88,10 +90,9 @@ def compare_on_rank(
         if packed is not None:
             runs.packed.append(compare(seed, "state", packed))
         runs.reproduction.append(compare(seed, "random", own))
-    if cp > 1:
-        documents = packed if packed is not None else own
-        for mutant in mutants.applicable(mode_class(case.mode), documents is not None):
-            with mutants.mutated(mutant.name):
-                comparison = compare(seeds[0], "state", documents)
-            runs.mutants.append(LayerMutant(name=mutant.name, comparison=comparison))
+    documents = packed if packed is not None else own
+    for name in case_mutants(case, cp, documents is not None):
+        with mutated(case, name):
+            comparison = compare(seeds[0], "state", documents)
+        runs.mutants.append(LayerMutant(name=name, comparison=comparison))
     return runs

@@ -28,9 +28,9 @@ whose GDN layers draw "state" decays (gdn_cp.accuracy.state_inputs over the rank
 entering a rank carries a share of every GDN layer's output) takes one forward and backward on the first
 batch, the reference on rank 0 and the CP model on all ranks (FirstStep: loss, gradient norm and the first GDN
 layer's output). Then each mutant that applies to
-the case (gdn_cp.distributed.mutants, on rank 1) runs the CP model's first step again on that model and on
-the trajectory's (TrainMutant), gradients cleared after each, no optimizer step: what the first-step bars
-and the trajectory's bars can catch.
+the case (bench.verification.mutants: CP's on rank 1, and a backend's op's other than gdn_cp's) runs the CP
+model's first step again on that model and on the trajectory's (TrainMutant), gradients cleared after each,
+no optimizer step: what the first-step bars and the trajectory's bars can catch.
 """
 
 from __future__ import annotations
@@ -50,14 +50,13 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from bench.measure.gate import CaseCheckError, ran_problems
 from bench.results.verifications import FirstStep, TrainMutant, Trajectory
 from bench.suite.config import Case, TrainSettings
+from bench.verification.mutants import case_mutants, mutated
 from gdn_cp.accuracy import state_inputs
 from gdn_cp.distributed import (
     Platform,
     all_reduce_gradients,
     gather_sequence,
     local_rank,
-    mode_class,
-    mutants,
     resolve_platform,
     shard_sequence,
 )
@@ -364,6 +363,7 @@ def _reference_step(
 
 
 def _mutant_grads(
+    case: Case,
     names: list[str],
     model: Qwen35Hybrid,
     cp_cast: MixedPrecision | None,
@@ -376,7 +376,7 @@ def _mutant_grads(
     """Per mutant of `names`: `_cp_grads` of the CP model on `batch` with it on; gradients cleared after."""
     out = []
     for name in names:
-        with mutants.mutated(name):
+        with mutated(case, name):
             out.append(_cp_grads(model, cp_cast, batch, reduction=reduction, group=group, capture=capture))
         model.zero_grad(set_to_none=True)
     return out
@@ -427,7 +427,7 @@ def _first_step(
         ref = _reference_grads(reference, ref_cast, batch)
     runs = [_cp_grads(model, cp_cast, batch, reduction=reduction, group=group, capture=True)]
     model.zero_grad(set_to_none=True)
-    runs += _mutant_grads(names, model, cp_cast, batch, reduction=reduction, group=group, capture=True)
+    runs += _mutant_grads(case, names, model, cp_cast, batch, reduction=reduction, group=group, capture=True)
     ref_output = ref[2]
     rel = [0.0 if ref_output is None or o is None else _rel_l2(o, ref_output) for _, _, o in runs]
     (loss, norm, _), broken = runs[0], runs[1:]
@@ -467,7 +467,7 @@ def train_on_rank(
     cast_dtype = compute_dtype if mixed else None
     generator = torch.Generator().manual_seed(case.seed + 1)  # drawn on the cpu: the same batches everywhere
     first_batch = _batch(generator, config.vocab_size, case, device)
-    names = [m.name for m in mutants.applicable(mode_class(case.mode), False)] if cp > 1 else []
+    names = case_mutants(case, cp, False)
     first, first_broken = _first_step(
         case, config, platform, group, first_batch, names, reduction=reduction, cast_dtype=cast_dtype
     )
@@ -481,7 +481,7 @@ def train_on_rank(
     floor = _floor_twin(reference, config, compute_dtype if mixed else None, settings)
     out = Trajectory(grad_reduction=reduction, params_checked=checked, mismatched_params=mismatched)
     out.first = first
-    broken = _mutant_grads(names, model, cp_cast, first_batch, reduction=reduction, group=group)
+    broken = _mutant_grads(case, names, model, cp_cast, first_batch, reduction=reduction, group=group)
     out.mutants = [
         TrainMutant(
             name=name,

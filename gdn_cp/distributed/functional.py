@@ -40,13 +40,12 @@ def cp_chunk_gated_delta_rule(
     """gdn_cp.ops.chunk_gated_delta_rule over the global sequence, on every rank of `group` with its shard.
 
     Args:
-        q, k: [B, L, Hk, K] this rank's shard (L may differ between ranks in the contiguous layout)
-        v: [B, L, Hv, V];  g, beta: [B, L, Hv];  scale: multiplies q, default K ** -0.5
+        q, k, v, g, beta, scale, use_qk_l2norm_in_kernel: as the op's (gdn_cp.ops.backends.RuleOp), for this
+            rank's shard: L tokens in place of T (L may differ between ranks in the contiguous layout)
         initial_state: [B, Hv, K, V], or [n, Hv, K, V] with cu_seqlens (one per document); the same global
             tensor on every rank. Its gradient on each rank is partial, like a parameter's: their sum over the
             group is the single-device gradient (gdn_cp.distributed.all_reduce_gradients).
         output_final_state: also return the final state(s), shaped like initial_state, the same on every rank
-        use_qk_l2norm_in_kernel: L2-normalise q and k first
         cu_seqlens: [n + 1] global document boundaries of the packed sequence (B = 1), the same on every rank;
             a document may span any number of ranks and a rank hold many
         group: the CP group (a ProcessGroup, a 1-D DeviceMesh, or None for WORLD)

@@ -28,7 +28,14 @@ from gdn_cp.ops import (
     gdn_gates,
     ran,
 )
-from gdn_cp.ops.backends import DEFAULT_BACKEND, Backend, backend_names, get_backend
+from gdn_cp.ops.backends import (
+    DEFAULT_BACKEND,
+    Backend,
+    backend_names,
+    get_backend,
+    is_known,
+    unknown_backend,
+)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -57,7 +64,8 @@ class GatedDeltaNetConfig:
     """The local op (gdn_cp.ops.backends): "gdn_cp" (this package's, any device and dtype), "fla"
     (flash-linear-attention's Triton kernels), "transformers" (its torch fallback), or a name registered with
     gdn_cp.ops.register_backend. Used by the layer on one device (prefill and decode too) and by every CP
-    mode unless LinearAttentionContextParallel names another."""
+    mode unless LinearAttentionContextParallel names another. A name nothing registered is refused here
+    (a stored record is read under gdn_cp.ops.backends.names_unchecked: its name is data there)."""
 
     def __post_init__(self) -> None:
         for name in (f.name for f in fields(self) if f.type == "int"):  # every size: a positive integer
@@ -78,6 +86,8 @@ class GatedDeltaNetConfig:
                 f"GatedDeltaNetConfig.backend must be a backend's name, got {self.backend!r}; use one of "
                 f"{', '.join(backend_names())}"
             )
+        if not is_known(self.backend):  # a typo fails here, not at the first forward on every rank
+            raise ValueError(f"GatedDeltaNetConfig.backend: {unknown_backend(self.backend)}")
 
     @property
     def key_dim(self) -> int:
@@ -264,7 +274,7 @@ class GatedDeltaNet(nn.Module):
         backend: Backend | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Gates and the chunked GDN for the value heads `heads` (all by default), documents `cu_seqlens`,
-        on `backend` (default: the config's): (o, final state or None). Shapes as gdn_cp.ops."""
+        on `backend` (default: the config's): (o, final state or None). Shapes: gdn_cp.ops.backends.RuleOp."""
         g, beta = self.gates(a, b, heads)
         backend = get_backend(self.config.backend) if backend is None else backend
         return backend.rule(

@@ -18,8 +18,9 @@ Shape legend (the FLA / transformers layout, used by every op here):
     packed [S | M] [B, Hv, K, V + K]
     cu_seqlens     [n + 1] document boundaries of a packed batch (B = 1), as in FLA; states then [n, Hv, K, V]
 
-Every op takes (q, k, v, g, beta) in that order. Inputs in bf16/fp16 are accumulated in fp32 and outputs
-come back in the input dtype; fp64 stays fp64.
+Every op takes (q, k, v, g, beta) in that order; the local op's whole signature (FLA's) is declared once, in
+gdn_cp.ops.backends.RuleOp. Inputs in bf16/fp16 are accumulated in fp32 and outputs come back in the input
+dtype; fp64 stays fp64.
 """
 
 from gdn_cp.ops.affine import (
@@ -34,8 +35,12 @@ from gdn_cp.ops.affine import (
 from gdn_cp.ops.backends import (
     DEFAULT_BACKEND,
     Backend,
+    RuleOp,
     backend_names,
+    backend_sources,
     get_backend,
+    import_backend_module,
+    load_backend_plugins,
     register_backend,
     unregister_backend,
 )
@@ -70,12 +75,14 @@ __all__ = [
     "AffineOutputs",
     "Backend",
     "ChunkIntermediates",
+    "RuleOp",
     "SegmentSummaries",
     "SplitOutputs",
     "SummarisedChunks",
     "affine_rule",
     "apply_summary",
     "backend_names",
+    "backend_sources",
     "causal_conv1d",
     "check_packed_batch",
     "chunk_gated_delta_rule",
@@ -91,7 +98,9 @@ __all__ = [
     "gdn_gates",
     "gdn_state_summary",
     "get_backend",
+    "import_backend_module",
     "l2norm",
+    "load_backend_plugins",
     "outputs_in_order",
     "pack_summary",
     "prepare_chunks",

@@ -31,12 +31,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
+from typing import TYPE_CHECKING
 
 import torch
 
 from gdn_cp.dtypes import accumulation_dtype
-from gdn_cp.ops.backends import Backend
 from gdn_cp.ops.inputs import check_gdn_inputs
+
+if TYPE_CHECKING:  # the backends' checks run affine_rule (gdn_cp.ops.backends.checks): no import back
+    from gdn_cp.ops.backends.entry import Backend
 
 
 def _offsets(lengths: Sequence[int]) -> list[int]:

@@ -18,9 +18,10 @@ def check_gdn_inputs(
     beta: torch.Tensor,
     initial_state: torch.Tensor | None = None,
 ) -> None:
-    """Raise ValueError naming the argument whose shape, dtype or device does not fit gdn_cp.ops: q, k, v of
-    one floating dtype (the op's compute and output dtype); g, beta and initial_state floating (g and beta
-    may be kept in fp32 beside bf16 q, k, v, as FLA allows); every tensor on one device.
+    """Raise ValueError naming the argument whose shape, dtype or device does not fit the op's signature
+    (gdn_cp.ops.backends.RuleOp): q, k, v of one floating dtype (the op's compute and output dtype); g, beta
+    and initial_state floating (g and beta may be kept in fp32 beside bf16 q, k, v, as FLA allows); every
+    tensor on one device.
 
     g is the log decay, <= 0 in the model (g = -exp(A_log) softplus(...)): the state is scaled by exp(g) per
     token. A positive g is not refused (checking it would read the tensor, a device sync) but amplifies the

@@ -25,20 +25,8 @@ def recurrent_gated_delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """H_t = exp(g_t) (I - beta_t k_t k_t^T) H_{t-1} + beta_t k_t v_t^T, o_t = H_t^T q_t, token by token.
 
-    Args:
-        q: [B, T, Hk, K]
-        k: [B, T, Hk, K]
-        v: [B, T, Hv, V]
-        g: [B, T, Hv] log-decay (<= 0)
-        beta: [B, T, Hv]
-        scale: multiplies q; default K ** -0.5
-        initial_state: [B, Hv, K, V], or [n, Hv, K, V] with cu_seqlens, or None (zeros)
-        output_final_state: also return H_T (per document with cu_seqlens)
-        use_qk_l2norm_in_kernel: L2-normalise q and k first
-        cu_seqlens: [n + 1] document boundaries of a packed batch (B = 1): each document runs from its own
-            initial state, as if alone
-    Returns:
-        o [B, T, Hv, V] in q's dtype; H_T [B, Hv, K, V] ([n, Hv, K, V]) in the accumulation dtype, or None.
+    Arguments, shapes and results: gdn_cp.ops.backends.RuleOp (FLA's signature; no chunk_size). o comes back
+    in q's dtype, the final state(s) in the accumulation dtype.
     """
     if cu_seqlens is not None:
         return _per_document(

@@ -1,6 +1,6 @@
 """Rank functions for the run tests: the real worker, with failures injected by case (test code only).
 
-Spawned ranks import this module by name, as tests/distributed does with cp_ranks.
+Spawned ranks import this module by name, as tests/gdn_cp/distributed does with cp_ranks.
 """
 
 from __future__ import annotations

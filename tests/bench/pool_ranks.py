@@ -1,6 +1,6 @@
 """Rank functions for the pool tests (test code only): each takes (payload, device) as a pool rank does.
 
-Spawned ranks import this module by name, as tests/distributed does with cp_ranks. A payload is a tuple
+Spawned ranks import this module by name, as tests/gdn_cp/distributed does with cp_ranks. A payload is a tuple
 (action, target_rank): the action runs on target_rank, every rank then meets in a barrier and answers.
 """
 

@@ -37,7 +37,7 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta
 
 from bench.measure.memory import profiler_peak_above_start
 from gdn_cp.ops import chunk_gated_delta_rule, chunk_gdn_flops
-from tests.ops.helpers import assert_close_scaled
+from tests.gdn_cp.ops.helpers import assert_close_scaled
 
 B, HK, HV, K, V = 1, 4, 8, 64, 64
 CHUNK = 64  # every implementation's default chunk size

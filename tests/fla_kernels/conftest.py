@@ -10,12 +10,13 @@ import os
 import pytest
 
 from gdn_cp.ops.backends import InterpreterSupportError, support_interpreter
+from gdn_cp.ops.backends.fla import triton_interpreted
 
 
 def _why_not() -> str | None:
     if importlib.util.find_spec("fla") is None:
         return "fla-core is not installed here: these run in .ci/run's FLA environment (.venv-fla)"
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    if not triton_interpreted():
         return "TRITON_INTERPRET=1 is not set: FLA's kernels run on a CPU only under Triton's interpreter"
     try:
         support_interpreter()

@@ -15,7 +15,7 @@ import torch
 from bench.launch.local import run_on_ranks
 from gdn_cp.distributed import MODES
 from gdn_cp.ops import get_backend, recurrent_gated_delta_rule
-from tests.ops.helpers import Shape, gdn_inputs, weighted_sum
+from tests.gdn_cp.ops.helpers import Shape, gdn_inputs, weighted_sum
 
 FP32 = 1e-5
 SHAPE = Shape(B=1, T=64, Hk=1, Hv=2, K=16, V=16)

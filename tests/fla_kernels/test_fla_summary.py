@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gdn_cp.ops import get_backend, recurrent_gated_delta_rule
-from tests.ops.helpers import PAIR_NAMES, Shape, gdn_inputs, two_pieces_against_reference
+from tests.gdn_cp.ops.helpers import PAIR_NAMES, Shape, gdn_inputs, two_pieces_against_reference
 
 FP32 = 1e-5
 SHAPE = Shape(B=2, T=64, Hk=1, Hv=2, K=16, V=16)

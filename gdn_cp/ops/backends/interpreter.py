@@ -11,7 +11,8 @@ Three things stop them (triton 3.6, fla-core 0.6):
 - `range(n)` of an interpreted scalar calls int() on a one-element array, which NumPy 2.4 refuses: the
   element is read with .item().
 Each patch checks that the Triton internals it replaces exist; where they do not (a Triton that changed
-them), `InterpreterSupportError` says so, and the caller (the tests) skips with that reason.
+them), `InterpreterSupportError` says so: bench's preflight refuses such a case in one line before any rank
+starts (`support_problem`, backend fla's `interpreter_problem`), and the tests skip with that reason.
 """
 
 from __future__ import annotations
@@ -59,11 +60,8 @@ def _scalar_loop_variables(transformer: type) -> type:
     return ScalarLoops
 
 
-def support_interpreter() -> list[str]:
-    """Apply the patches (once per process); returns their names. InterpreterSupportError where this Triton
-    lacks what they replace."""
-    if _APPLIED:
-        return list(_APPLIED)
+def _targets() -> tuple:
+    """The Triton internals the patches replace; InterpreterSupportError naming the first one missing."""
     autotuner = importlib.import_module("triton.runtime.autotuner")
     interpreter = importlib.import_module("triton.runtime.interpreter")
     tuner = _require(autotuner, "Autotuner")
@@ -73,6 +71,29 @@ def support_interpreter() -> list[str]:
     _require(rewriter, "ast_transformer")
     patch_tensor = _require(interpreter, "_patch_lang_tensor")
     _require(interpreter, "InterpretedFunction")
+    return interpreter, tuner, rewriter, transformer, patch_tensor
+
+
+def support_problem() -> str | None:
+    """Why the patches cannot apply to this Triton (InterpreterSupportError's line), or None; nothing is
+    patched (bench's preflight asks, before any rank starts: Backend.interpreter_problem)."""
+    if _APPLIED:
+        return None
+    try:
+        _targets()
+    except InterpreterSupportError as error:
+        return str(error)
+    except ImportError as error:  # a Triton without the interpreter's modules
+        return f"Triton's interpreter cannot run FLA's kernels here: {error}"
+    return None
+
+
+def support_interpreter() -> list[str]:
+    """Apply the patches (once per process); returns their names. InterpreterSupportError where this Triton
+    lacks what they replace."""
+    if _APPLIED:
+        return list(_APPLIED)
+    interpreter, tuner, rewriter, transformer, patch_tensor = _targets()
 
     tuner.do_bench = property(lambda self: lambda kernel_call, quantiles: [0.0] * len(quantiles))
     rewriter.ast_transformer = _scalar_loop_variables(transformer)()

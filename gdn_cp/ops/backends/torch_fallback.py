@@ -15,6 +15,8 @@ import importlib
 import inspect
 from collections.abc import Callable
 
+from gdn_cp.ops.backends.entry import Backend
+
 MODULE = "transformers.models.qwen3_5.modeling_qwen3_5"
 NAME = "torch_chunk_gated_delta_rule"
 TRANSFORMERS_SWAP_HINT = (
@@ -67,3 +69,18 @@ def _contents(cell: object) -> object:
         return cell.cell_contents  # type: ignore[attr-defined]
     except ValueError:  # an empty cell
         return None
+
+
+TRANSFORMERS = Backend(
+    name="transformers",
+    description="transformers' torch fallback (torch_chunk_gated_delta_rule): a peer reference",
+    load=load_torch_fallback,
+    grouped_values=False,
+    varlen=False,
+    takes_scale=False,
+    packages=("transformers",),
+    modules=(MODULE,),
+    source=("transformers.",),
+    swapped_hint=TRANSFORMERS_SWAP_HINT,
+)
+"""Backend transformers' entry."""

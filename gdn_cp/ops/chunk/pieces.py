@@ -54,13 +54,7 @@ def prepare_chunks(
     state untouched.
 
     Args:
-        q: [B, T, Hk, K]
-        k: [B, T, Hk, K]
-        v: [B, T, Hv, V]
-        g: [B, T, Hv] log-decay (<= 0)
-        beta: [B, T, Hv]
-        scale: multiplies q; default K ** -0.5
-        use_qk_l2norm_in_kernel: L2-normalise q and k first
+        q, k, v, g, beta, scale, use_qk_l2norm_in_kernel: as the op's (gdn_cp.ops.backends.RuleOp)
         chunk_size: C
         cu_seqlens: [n + 1] boundaries of n segments (0 < ... < T) that share no state, the same in every
             batch row (unlike `chunk_gated_delta_rule`, B may exceed 1 here: a context-parallel rank cuts its
@@ -260,7 +254,7 @@ def summarise_chunks(
     of the summaries is read as dS only (dM = dS H_in^T, which holds wherever (S, M) is used as M H_in + S).
 
     Args:
-        q, k: [B, T, Hk, K];  v: [B, T, Hv, V];  g, beta: [B, T, Hv]
+        q, k, v, g, beta: as the op's (gdn_cp.ops.backends.RuleOp)
         cu_seqlens: [n + 1] segment boundaries 0 < ... < T, the same in every batch row; each segment in
             chunks of its own
         carried: [n] which segments enter with the state given to with_entering_states (the others with

@@ -153,22 +153,9 @@ def chunk_gated_delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The Gated DeltaNet over a whole sequence, chunk by chunk; same results as the recurrent reference.
 
-    Args:
-        q: [B, T, Hk, K]
-        k: [B, T, Hk, K]
-        v: [B, T, Hv, V]
-        g: [B, T, Hv] log-decay (<= 0)
-        beta: [B, T, Hv]
-        scale: multiplies q; default K ** -0.5
-        initial_state: [B, Hv, K, V], or [n, Hv, K, V] with cu_seqlens (one per document), or None (zeros)
-        output_final_state: also return the final state(s), shaped like initial_state
-        use_qk_l2norm_in_kernel: L2-normalise q and k first
-        cu_seqlens: [n + 1] LongTensor of document boundaries in a packed batch (B = 1), as in FLA: the state
-            restarts at every document. Without initial or final states the documents share chunks (no
-            padding); with them every document gets chunks of its own (FLA's layout)
-        chunk_size: C; any T works
-    Returns:
-        o [B, T, Hv, V] in q's dtype; the final state(s) in the accumulation dtype, or None.
+    Arguments, shapes and results: gdn_cp.ops.backends.RuleOp (FLA's signature), chunk_size C (any T works).
+    With cu_seqlens and without initial or final states the documents share chunks (no padding); with them
+    every document gets chunks of its own (FLA's layout).
     """
     check_gdn_inputs(q, k, v, g, beta)
     check_chunk_size(chunk_size)

@@ -28,7 +28,7 @@ from bench.verification import (
     error_growth,
 )
 from gdn_cp.accuracy import LayerComparison, Thresholds, error_stats
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 SEQ_LEN, HIDDEN, TRAIN_LAYERS = 64, 32, 4
 """The verify scenario's sequence length and hidden size, and the layers of its hybrid training model."""

@@ -14,7 +14,7 @@ import torch
 
 from gdn_cp.accuracy import Thresholds
 from gdn_cp.distributed import SUMMARY_MODES
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
 

@@ -30,7 +30,7 @@ from gdn_cp.distributed import (
 from gdn_cp.distributed.comm_model import layer_communication
 from gdn_cp.models import Qwen35Hybrid, Qwen35HybridConfig, apply_context_parallel
 from gdn_cp.ops import recurrent_gated_delta_rule
-from tests.ops.helpers import Shape, gdn_inputs
+from tests.gdn_cp.ops.helpers import Shape, gdn_inputs
 
 K_DIM, V_DIM, CHUNK = 8, 4, 4
 """Head dims and chunk size of the op checks: chunks of 4 so that every shard holds several."""

@@ -2,7 +2,7 @@
 
 The chunked op with cu_seqlens is checked against the chunked op run on each document separately (and both
 against the recurrent reference), so a state, a chunk or a Conv1D tap that crossed a boundary would show as
-an O(1) error; bars follow the tolerance rule of tests/ops/helpers.py.
+an O(1) error; bars follow the tolerance rule of tests/gdn_cp/ops/helpers.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from gdn_cp.ops import (
     prepare_chunks,
     recurrent_gated_delta_rule,
 )
-from tests.ops.helpers import Shape, assert_close_scaled, gdn_inputs, weighted_sum
+from tests.gdn_cp.ops.helpers import Shape, assert_close_scaled, gdn_inputs, weighted_sum
 
 F64 = torch.float64
 DOCUMENTS = {

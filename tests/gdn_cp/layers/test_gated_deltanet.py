@@ -20,7 +20,7 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
 
 from gdn_cp.layers import GatedDeltaNet, GatedDeltaNetConfig, seeded_layer
 from gdn_cp.ops import recurrent_gated_delta_rule
-from tests.ops.helpers import assert_close_scaled
+from tests.gdn_cp.ops.helpers import assert_close_scaled
 
 HIDDEN = 64
 DECAY_PARAMETERS = ("A_log", "dt_bias", "in_proj_a.weight")

@@ -1,5 +1,6 @@
 """Input builders and measuring tools shared by the tests of gdn_cp.ops (shapes: see gdn_cp.ops), and the
-tolerance rule of all the tests: `tolerance`, `assert_close_scaled` (elsewhere: from tests.ops.helpers)."""
+tolerance rule of all the tests: `tolerance`, `assert_close_scaled` (elsewhere: from
+tests.gdn_cp.ops.helpers)."""
 
 from __future__ import annotations
 
@@ -210,7 +211,8 @@ def weighted_sum(*tensors: torch.Tensor | None, seed: int = 7) -> torch.Tensor:
     return loss
 
 
-# -- two pieces through a summaries-then-outputs pair (tests/ops/test_summarised_chunks.py, tests/fla_kernels)
+# -- two pieces through a summaries-then-outputs pair (tests/gdn_cp/ops/test_summarised_chunks.py,
+# tests/fla_kernels)
 
 
 def segments_of(starts: list[int], lo: int, hi: int) -> tuple[list[int], list[bool], list[int]]:

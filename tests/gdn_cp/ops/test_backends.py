@@ -23,6 +23,7 @@ from gdn_cp.ops import (
     register_backend,
     unregister_backend,
 )
+from gdn_cp.ops.backends import names_unchecked
 
 SHAPE = Shape(B=1, T=37, Hk=2, Hv=4, K=6, V=5)
 DOCUMENTS = [0, 9, 10, 37]
@@ -42,7 +43,9 @@ def user_op():
             q, k, v, g, beta, scale, initial_state, output_final_state, kw["use_qk_l2norm_in_kernel"]
         )
 
-    register_backend("user_min", op, dtypes=(torch.float64, torch.float32))
+    entry = register_backend("user_min", op, dtypes=(torch.float64, torch.float32))
+    assert entry.checked.startswith("checked on cpu float32: op and seam within the bar"), entry.checked
+    calls.clear()  # the registration's check called it
     yield calls
     unregister_backend("user_min")
 
@@ -81,13 +84,25 @@ def test_a_call_a_backend_cannot_run_is_refused_naming_the_option_and_the_fix(
 def test_an_unknown_backend_lists_the_registered_ones_and_how_to_register() -> None:
     with pytest.raises(ValueError, match="unknown backend 'nope'; use one of gdn_cp, fla, transformers"):
         get_backend("nope")
-    config = GatedDeltaNetConfig(
-        hidden_size=8, num_k_heads=1, num_v_heads=1, head_k_dim=4, head_v_dim=4, backend="nope"
-    )
-    with pytest.raises(ValueError, match="register_backend"):
-        GatedDeltaNet(config)
     with pytest.raises(ValueError, match="built in"):
         unregister_backend("gdn_cp")
+
+
+def test_a_config_naming_an_unknown_backend_is_refused_at_construction() -> None:
+    """Issue 49: GatedDeltaNetConfig(backend="fal") was accepted, and failed only when a layer was built
+    (on every rank). It is refused where it is written, naming the registered backends and how to register;
+    a stored record naming a backend registered elsewhere still reads (names_unchecked)."""
+    sizes = {"hidden_size": 8, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 4, "head_v_dim": 4}
+    with pytest.raises(ValueError) as error:
+        GatedDeltaNetConfig(**sizes, backend="fal")
+    assert str(error.value) == (
+        f"GatedDeltaNetConfig.backend: unknown backend 'fal'; use one of {', '.join(backend_names())}, or "
+        "register your op first with gdn_cp.ops.register_backend(name, op, ...)"
+    )
+    with names_unchecked():
+        stored = GatedDeltaNetConfig(**sizes, backend="registered_elsewhere")
+    with pytest.raises(ValueError, match="unknown backend 'registered_elsewhere'"):
+        GatedDeltaNet(stored)
 
 
 @pytest.mark.parametrize("documents", [None, DOCUMENTS], ids=["one-sequence", "documents"])

@@ -1,4 +1,4 @@
-"""transformers' Qwen3.5 model with gdn_cp's GDN layers (no CP here; under CP: tests/distributed)."""
+"""transformers' Qwen3.5 model with gdn_cp's GDN layers (no CP here; under CP: tests/gdn_cp/distributed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
 from gdn_cp.models.qwen35_transformers import TransformersGatedDeltaNet, use_gdn_cp_layers
-from tests.ops.helpers import assert_close_scaled
+from tests.gdn_cp.ops.helpers import assert_close_scaled
 
 CONFIG = {
     "hidden_size": 32,

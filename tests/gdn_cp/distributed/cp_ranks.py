@@ -236,7 +236,7 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b| (0 for empty tensors): the error on the reference's scale, as the tests' fp64
-    bounds (tests.ops.helpers.tolerance) are relative."""
+    bounds (tests.gdn_cp.ops.helpers.tolerance) are relative."""
     return error_stats(a, b).rel_max
 
 

@@ -8,7 +8,7 @@ import torch
 
 from gdn_cp import GatedDeltaNetConfig, LinearAttentionContextParallel
 from gdn_cp.distributed import MODES, check_cp_shapes
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
 
@@ -59,8 +59,8 @@ def test_only_gated_deltanet_layers(messages) -> None:
 
 
 def test_shard_sequence_refuses_an_uneven_even_split(messages) -> None:
-    # The layers take uneven shards (tests/distributed/test_packed_documents.py); shard_sequence's default
-    # even split says how to get one.
+    # The layers take uneven shards (tests/gdn_cp/distributed/test_packed_documents.py); shard_sequence's
+    # default even split says how to get one.
     assert "does not split evenly over cp=2" in messages["uneven_shard_sequence"]
 
 

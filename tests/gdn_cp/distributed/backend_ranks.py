@@ -30,7 +30,7 @@ from gdn_cp.ops import (
     recurrent_gated_delta_rule,
     register_backend,
 )
-from tests.ops.helpers import Shape, gdn_inputs
+from tests.gdn_cp.ops.helpers import Shape, gdn_inputs
 
 BACKENDS = ("gdn_cp_seam", "user_min")
 ALL_DTYPES = (torch.float64, torch.float32, torch.bfloat16)

@@ -2,10 +2,10 @@
 modes whose data it breaks, and is caught by the layer check on "state" inputs in fp32 and bf16, in every
 mode and local path, while the unbroken modes pass the same bars (issue 48).
 
-Bars: fp32, c eps sqrt(terms) over the layer's tokens and hidden size (tests/ops/helpers.tolerance), far above
-the roundoff of this tiny layer (outputs 2e-7) and far below the smallest mutant's error (a state 1% off:
-2e-3); bf16, the reference PR's bars with the output's relative L2 held to 5e-4, as cpu-verify's (the bf16
-output agrees with the reference to 0-1e-4; a state 1% off moves it 2.6e-3).
+Bars: fp32, c eps sqrt(terms) over the layer's tokens and hidden size (tests/gdn_cp/ops/helpers.tolerance),
+far above the roundoff of this tiny layer (outputs 2e-7) and far below the smallest mutant's error (a state 1%
+off: 2e-3); bf16, the reference PR's bars with the output's relative L2 held to 5e-4, as cpu-verify's (the
+bf16 output agrees with the reference to 0-1e-4; a state 1% off moves it 2.6e-3).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from launches import per_world
 from gdn_cp.accuracy import Thresholds
 from gdn_cp.distributed import MODES, mode_class, mutants
 from gdn_cp.distributed.layout import ShardPlan
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 WORLD = 2
 FP32 = Thresholds.tight(tolerance(torch.float32, terms=mutant_ranks.TOKENS_PER_RANK * WORLD * 32))

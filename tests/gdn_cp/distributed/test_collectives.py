@@ -6,7 +6,7 @@ import cp_ranks
 import pytest
 import torch
 
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
 

@@ -18,7 +18,7 @@ from gdn_cp.distributed import cp_chunk_gated_delta_rule
 from gdn_cp.distributed.modes import OPTION_FIELDS
 from gdn_cp.models import Qwen35HybridConfig, apply_context_parallel
 from gdn_cp.models.qwen35_transformers import apply_context_parallel_to_qwen35
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 WORLD = 2  # cp_ranks.run_world runs parallel_style_checks at this world size
 

@@ -24,7 +24,7 @@ from gdn_cp.layers import (
     linear_attn_state_dict,
     load_linear_attn_state_dict,
 )
-from tests.ops.helpers import assert_close_scaled
+from tests.gdn_cp.ops.helpers import assert_close_scaled
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gdn_cp.distributed import MODES
-from tests.ops.helpers import tolerance
+from tests.gdn_cp.ops.helpers import tolerance
 
 pytestmark = pytest.mark.multirank
 BATCH = 2  # cp_ranks.hybrid_comparison's batch
