@@ -62,20 +62,8 @@ from bench import api
 from gdn_cp.ops import chunk_gated_delta_rule, register_backend
 
 
-def main_only_rule(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False
-):
-    return chunk_gated_delta_rule(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        scale=scale,
-        initial_state=initial_state,
-        output_final_state=output_final_state,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-    )
+def main_only_rule(*args, **kwargs):
+    return chunk_gated_delta_rule(*args, **kwargs)
 
 
 if __name__ == "__main__":

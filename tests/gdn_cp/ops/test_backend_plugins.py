@@ -27,21 +27,9 @@ KERNEL = '''\
 from gdn_cp.ops import chunk_gated_delta_rule, register_backend
 
 
-def {name}_rule(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False
-):
+def {name}_rule(*args, **kwargs):
     """gdn_cp's chunked op behind another name: a stand-in for a vendor kernel."""
-    return chunk_gated_delta_rule(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        scale=scale,
-        initial_state=initial_state,
-        output_final_state=output_final_state,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-    )
+    return chunk_gated_delta_rule(*args, **kwargs)
 
 
 def register():
