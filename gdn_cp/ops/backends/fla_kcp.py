@@ -365,7 +365,9 @@ def fla_summarise(
         chunk_size=chunk_size,
         recompute=recompute,
     )
-    inputs = tuple(x.reshape(1, B * L, *x.shape[2:]) for x in (q, k, v, g, beta))
+    # FLA's kernels index contiguous memory (its own entry points make inputs so: input_guard); a layer's q,
+    # k, v are views of one projection
+    inputs = tuple(x.reshape(1, B * L, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
     fresh = None if fresh_state is None else fresh_state.flatten(0, 1).float()
     if summarised:
         packed = FlaSummary.apply(*inputs, fresh, link)

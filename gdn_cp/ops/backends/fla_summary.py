@@ -37,6 +37,7 @@ def fla_state_maps(
     intra = importlib.import_module("fla.ops.gated_delta_rule.chunk_fwd")
     B, T, _, K = k.shape
     HV, V = v.shape[2], v.shape[3]
+    k, v, g, beta = (x.contiguous() for x in (k, v, g, beta))  # FLA's kernels index contiguous memory
     if cu_seqlens is None:  # every row a sequence: FLA's varlen layout, B = 1
         k, v, g, beta = (x.reshape(1, B * T, *x.shape[2:]) for x in (k, v, g, beta))
         cu_seqlens = torch.arange(0, B * T + 1, T, dtype=torch.long, device=k.device)
