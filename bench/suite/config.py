@@ -30,7 +30,7 @@ from gdn_cp.distributed import DEFAULT_LAYOUT, MODES, SUMMARY_MODES, Layout, Mod
 from gdn_cp.distributed.modes import CommCase, CPOptions
 from gdn_cp.distributed.platform import DeviceKind
 from gdn_cp.dtypes import DTYPES, Precision, dtype_name, to_dtype
-from gdn_cp.ops.backends import DEFAULT_BACKEND, backend_names
+from gdn_cp.ops.backends import DEFAULT_BACKEND, backend_names, is_known
 
 Mode = ModeName
 """CP modes of gdn_cp.LinearAttentionContextParallel (the registry, gdn_cp.distributed.modes)."""
@@ -156,11 +156,12 @@ class Sweep:
                 )
         require_positive(self, "cp", "seq_len", "local_seq_len")
         for name in self.backend or ():
-            if name not in backend_names():
+            if not is_known(name):  # the installed plugins loaded first, as a lookup does
                 raise FieldError(
                     "backend",
-                    f"unknown backend {name!r}; use one of {', '.join(backend_names())} (a name of your own "
-                    "must be registered with gdn_cp.ops.register_backend in the process that runs bench)",
+                    f"unknown backend {name!r}; use one of {', '.join(backend_names())} (for your own, put "
+                    "its gdn_cp.ops.register_backend call in a module and pass --backend-module MODULE or "
+                    "BENCH_BACKENDS=MODULE, or declare a `gdn_cp.backends` entry point)",
                 )
         if self.seq_len is not None and self.local_seq_len is not None:
             raise FieldError(

@@ -38,6 +38,7 @@ def test_an_unknown_backend_is_one_line_naming_the_field(suite_dir: Path, capsys
     assert main(["run", "--set", "backend=[triton_ref]"]) == 1
     err = capsys.readouterr().err
     assert "backend: unknown backend 'triton_ref'" in err and "gdn_cp.ops.register_backend" in err
+    assert "--backend-module MODULE or BENCH_BACKENDS=MODULE" in err
     assert err.count("\n") == 1
 
 
