@@ -140,24 +140,7 @@ def _main_backward(saved: tuple, link: FlaLink, do, dht, dv_local=None):
         )
     else:
         w, h, v_new = kept
-    if dv_local is None:
-        dv_local = fla["chunk_o"].chunk_bwd_dv_local(
-            q=p.q, k=p.k, g=p.g, do=do, scale=scale, cu_seqlens=cu, chunk_indices=indices, chunk_size=C
-        )
-    dh, dh0, dv = fla["delta_h"].chunk_gated_delta_rule_bwd_dhu(
-        q=p.q,
-        k=p.k,
-        w=w,
-        g=p.g,
-        h0=h0,
-        dht=dht,
-        do=do,
-        dv=dv_local,
-        scale=scale,
-        cu_seqlens=cu,
-        chunk_indices=indices,
-        chunk_size=C,
-    )
+    dh, dh0, dv, _ = _state_grads(p, link, w, h0, do, dht, dv_local)
     dq, dk, dw, dg = fla["chunk_o"].chunk_bwd_dqkwg(
         q=p.q,
         k=p.k,
@@ -190,7 +173,7 @@ def _pre_pass(saved: tuple, link: FlaLink, do, dht):
     dv that the one backward reuses)."""
     fla = _fla()
     p, _, _, h0, kept = saved
-    cu, indices, C, scale = link.cu_seqlens, link.chunk_indices, link.chunk_size, link.scale
+    cu, indices = link.cu_seqlens, link.chunk_indices
     w = (
         kept[0]
         if kept is not None
@@ -198,10 +181,20 @@ def _pre_pass(saved: tuple, link: FlaLink, do, dht):
             k=p.k, v=saved[1], beta=saved[2], A=p.A, g=p.g, cu_seqlens=cu, chunk_indices=indices
         )[0]
     )
-    dv_local = fla["chunk_o"].chunk_bwd_dv_local(
-        q=p.q, k=p.k, g=p.g, do=do, scale=scale, cu_seqlens=cu, chunk_indices=indices, chunk_size=C
-    )
-    _, dh0, _ = fla["delta_h"].chunk_gated_delta_rule_bwd_dhu(
+    _, dh0, _, dv_local = _state_grads(p, link, w, h0, do, dht)
+    return dh0, dv_local
+
+
+def _state_grads(p: Prepared, link: FlaLink, w, h0, do, dht, dv_local=None):
+    """FLA's backward through the states (chunk_gated_delta_rule_bwd_dhu), from the local dv (computed from
+    `do` where not given): (dh per chunk, dh0, dv, the local dv)."""
+    fla = _fla()
+    cu, indices, C, scale = link.cu_seqlens, link.chunk_indices, link.chunk_size, link.scale
+    if dv_local is None:
+        dv_local = fla["chunk_o"].chunk_bwd_dv_local(
+            q=p.q, k=p.k, g=p.g, do=do, scale=scale, cu_seqlens=cu, chunk_indices=indices, chunk_size=C
+        )
+    dh, dh0, dv = fla["delta_h"].chunk_gated_delta_rule_bwd_dhu(
         q=p.q,
         k=p.k,
         w=w,
@@ -215,7 +208,7 @@ def _pre_pass(saved: tuple, link: FlaLink, do, dht):
         chunk_indices=indices,
         chunk_size=C,
     )
-    return dh0, dv_local
+    return dh, dh0, dv, dv_local
 
 
 class FlaSummary(torch.autograd.Function):
