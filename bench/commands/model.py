@@ -40,6 +40,7 @@ from bench.render.model_tables import (
     print_checks,
 )
 from bench.render.tables import print_tables
+from bench.results.names import resolve_result
 from bench.results.outputs import check_output_file
 from bench.results.paths import write_new
 from bench.results.store import RunResult, load_result
@@ -100,10 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
         return run_calibrate(args.cp, Path(args.output), device=args.device or "cpu")
+    results = [resolve_result(r) for r in args.results]  # `latest`, `latest~N`: as every command reads them
     if args.action == "check":
-        return run_check(args.results, Path(args.links))
+        return run_check(results, Path(args.links))
     return run_table(
-        args.results,
+        results,
         Path(args.links),
         scenario=args.scenario,
         cps=args.cp,

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from bench.cli import main
@@ -21,6 +22,7 @@ from bench.errors import UserError
 from bench.results.names import resolve_result
 from bench.results.store import load_result, save_result
 from bench.suite.loader import load_suite
+from tests.bench.model.test_model import LINKS
 from tests.bench.multiround import in_rounds
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -115,3 +117,13 @@ def test_a_users_runs_go_where_git_ignores_them_not_beside_the_baselines():
     assert ignored.returncode == 0, f"{relative}/ is not ignored by git"
     tracked = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True)
     assert "results/20261201-180404-main-e761a03b-cpu-scaling.json" in tracked.stdout
+
+
+def test_bench_model_reads_latest_as_every_command_does(suite_dir: Path, capsys):
+    """`bench model check latest` (a helper found `bench model` alone took only paths)."""
+    (suite_dir / "runs").mkdir()
+    shutil.copy(FIXTURES / "scaling.json", suite_dir / "runs" / "20261201-100000-main-aaaaaaaa-s.json")
+    links = suite_dir / "links.yaml"
+    links.write_text(yaml.safe_dump(LINKS), encoding="utf-8")
+    assert main(["model", "check", "latest", "--links", str(links)]) == 0, capsys.readouterr().err
+    assert "median absolute error" in capsys.readouterr().out
