@@ -218,7 +218,7 @@ def _paired_rounds(
     ) -> tuple[RunResult, RunResult]:
         cases = [c for c in session.cases if keys is None or c.key() in keys]
         done = {c.key: len(c.rounds) for c in session.runs[0].cases if c.status == "ok"}
-        with CaseProgress(console, slots_left(cases, done, stop_after)) as progress:
+        with CaseProgress(console, slots_left(cases, done, stop_after), unit="case-rounds") as progress:
             return session.run(
                 stop_after,
                 keys,
@@ -268,7 +268,7 @@ def _unpaired_rounds(
         if keys is not None:
             subset = dataclasses.replace(staged, plan=[p for p in staged.plan if p.case.key() in keys])
         rounds = range(done + 1, stop_after + 1)
-        with CaseProgress(console, len(rounds) * len(checkouts)) as progress:
+        with CaseProgress(console, len(rounds) * len(checkouts), unit="rounds") as progress:
             interleave.run_alternating(
                 checkouts,
                 subset,
