@@ -90,7 +90,8 @@ def run(
     """Build the report of `results` and write it to `out` (or `stdout`); returns 0."""
     # Imported here: the report draws charts, and matplotlib takes a while to load.
     from bench.render.document import MarkdownCharts, render_html, render_markdown
-    from bench.render.report import build_report, report_runs
+    from bench.render.report import build_report
+    from bench.render.report_run import report_runs
 
     console = console or err_console
     results = [resolve_result(r, config=config) for r in results]

@@ -33,6 +33,7 @@ from bench.render.document import (
     render_html,
     render_markdown,
 )
+from bench.render.report_run import report_runs
 from bench.results.store import load_result
 from tests.bench.multiround import in_rounds
 
@@ -154,7 +155,7 @@ def test_report_to_stdout_and_format_errors(tmp_path, monkeypatch):
 
 def test_a_section_is_added_by_one_builder():
     paths = [FIXTURES / "ablation.json"]
-    runs = report.report_runs([load_result(p) for p in paths], paths)
+    runs = report_runs([load_result(p) for p in paths], paths)
 
     def accuracy(rs):
         return Section(title="Accuracy", blocks=[Paragraph(text=f"{len(rs)} run checked")])
@@ -194,7 +195,7 @@ def test_markdown_without_out_puts_its_charts_in_a_new_folder(suite_dir: Path, c
 
 
 def _built(paths: list[Path]) -> tuple[str, list[Section]]:
-    return report.build_report(report.report_runs([load_result(p) for p in paths], paths))
+    return report.build_report(report_runs([load_result(p) for p in paths], paths))
 
 
 def _titles(sections: list[Section]) -> list[str]:
@@ -244,7 +245,7 @@ def test_base_vs_head_sets_verdicts_beside_the_accuracy_checks():
     head_env = dataclasses.replace(runs[1].environment, git_commit="b" * 40, git_dirty=False)
     runs[1] = dataclasses.replace(runs[1], environment=head_env)
     runs[2] = dataclasses.replace(runs[2], environment=head_env)  # head's checks
-    _, sections = report.build_report(report.report_runs(runs, paths))
+    _, sections = report.build_report(report_runs(runs, paths))
     section = next(s for s in sections if s.title == "Base vs head")
     tables = [b for b in section.blocks if isinstance(b, Table)]
     titles = ["timing: base vs head, tiny-ablation", "accuracy: bench verify, layer/tiny-ablation"]
@@ -310,7 +311,7 @@ def test_several_runs_of_a_scenario_are_one_side_by_side_table():
     runs = [in_rounds(load_result(p)) for p in paths]
     other = dataclasses.replace(runs[2].environment, hostname="elsewhere", cpu_model="Intel Xeon")
     runs[2] = dataclasses.replace(runs[2], environment=other)
-    _, sections = report.build_report(report.report_runs(runs, paths))
+    _, sections = report.build_report(report_runs(runs, paths))
     scenario = next(s for s in sections if s.title == "Scenario tiny-ablation")
     results = next(s for s in scenario.subsections if s.title == "Results")
     (table,) = [b for b in results.blocks if isinstance(b, Table)]
@@ -335,7 +336,7 @@ def test_cases_not_comparable_are_one_line_of_reason_each_with_their_rows_folded
     warmer = [dataclasses.replace(c, case=dataclasses.replace(c.case, warmup=3)) for c in runs[1].cases]
     runs[1] = dataclasses.replace(runs[1], environment=head_env, cases=warmer)
     monkeypatch.setattr(report, "FOLD_ROWS", 4)
-    title, sections = report.build_report(report.report_runs(runs, paths))
+    title, sections = report.build_report(report_runs(runs, paths))
     ok = sum(c.status == "ok" for c in runs[0].cases)
     line = (
         f"not comparable, {ok} cases: different scenario tiny-ablation (warmup 1 vs 3); "

@@ -34,7 +34,8 @@ from bench.records import from_dict, to_dict
 from bench.render import run_tables
 from bench.render.charts import sources_for, time_vs_seq
 from bench.render.document import render_markdown
-from bench.render.report import build_report, report_runs
+from bench.render.report import build_report
+from bench.render.report_run import report_runs
 from bench.results.export import export_rows
 from bench.results.store import CaseResult
 from tests.bench.commands.test_compare import case, ok, run_of

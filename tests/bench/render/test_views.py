@@ -24,7 +24,8 @@ from bench.render.document import MarkdownCharts, Table
 from bench.render.document import render_markdown as document_markdown
 from bench.render.gate import timing_table
 from bench.render.history import scenario_page
-from bench.render.report import _side_by_side, build_report, report_runs
+from bench.render.report import _side_by_side, build_report
+from bench.render.report_run import report_runs
 from bench.results.export import export_rows
 from bench.results.store import CaseResult, RunResult, save_result
 from tests.bench.commands.test_compare import case, environment, ok, run_of
