@@ -24,15 +24,21 @@ def add_scenarios(parser: argparse.ArgumentParser, help: str) -> None:
     """Positional scenario names or paths, --set and --filter."""
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=help)
     add_sets(parser)
-    parser.add_argument(
-        "--filter",
-        dest="filters",
-        action="append",
-        default=[],
-        metavar="EXPR",
-        help="keep cases matching comma-separated field=pattern terms (e.g. mode=p2p,cp=2) or a case-id "
+    add_filter(
+        parser,
+        "keep cases matching comma-separated field=pattern terms (e.g. mode=p2p,cp=2) or a case-id "
         "wildcard (e.g. '*cp4*'); repeat the flag for OR",
     )
+
+
+def add_filter(parser: argparse.ArgumentParser, help: str) -> None:
+    """--filter EXPR (repeatable, into `filters`)."""
+    parser.add_argument("--filter", dest="filters", action="append", default=[], metavar="EXPR", help=help)
+
+
+def add_result(parser: argparse.ArgumentParser, help: str) -> None:
+    """The positional RESULT, a file or `latest`, `latest~N` (default latest: bench.results.names)."""
+    parser.add_argument("result", metavar="RESULT", nargs="?", default="latest", help=help)
 
 
 def add_sets(parser: argparse.ArgumentParser) -> None:

@@ -24,12 +24,8 @@ HELP = "Show the distribution of cases' timed passes (every rank, repeat and rou
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "result",
-        metavar="RESULT",
-        nargs="?",
-        default="latest",
-        help="a result file written by `bench run`, or latest, latest~1, ... (default: latest)",
+    common_args.add_result(
+        parser, "a result file written by `bench run`, or latest, latest~1, ... (default: latest)"
     )
     parser.add_argument(
         "--case",
@@ -39,13 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="a case id, or scenario/case-id (repeatable; default: every ok case, or those of --filter)",
     )
-    parser.add_argument(
-        "--filter",
-        dest="filters",
-        action="append",
-        default=[],
-        metavar="EXPR",
-        help="keep cases matching field=pattern terms, as `bench run --filter` (e.g. mode=p2p,cp=2)",
+    common_args.add_filter(
+        parser, "keep cases matching field=pattern terms, as `bench run --filter` (e.g. mode=p2p,cp=2)"
     )
     parser.add_argument(
         "--bins",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bench.commands import common_args
 from bench.console import console as default_console
 from bench.errors import UserError
 from bench.render.case_detail import case_detail
@@ -29,13 +30,10 @@ FORMATS = ("text", "markdown", "json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "result",
-        metavar="RESULT",
-        nargs="?",
-        default="latest",
-        help="a result file written by `bench run`, or latest, latest~1, ... (the newest in results_dir, "
-        "the one before it, ...; default: latest)",
+    common_args.add_result(
+        parser,
+        "a result file written by `bench run`, or latest, latest~1, ... (the newest in results_dir, the one "
+        "before it, ...; default: latest)",
     )
     parser.add_argument(
         "--case",
