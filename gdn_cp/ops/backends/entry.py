@@ -314,19 +314,9 @@ class Backend:
                 return self._seam_summary(
                     q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size
                 )
-            self.check(
-                device=q.device, dtype=q.dtype, chunk_size=chunk_size, head_k_dim=q.shape[-1], scale=scale
-            )
+            q, k, kw = self._adapted(q, k, v, scale, use_qk_l2norm_in_kernel, chunk_size)
             hook = self.summary_op()
             op_called(self.name, hook)
-            group = v.shape[2] // q.shape[2]
-            if not self.grouped_values and group > 1:
-                q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
-            kw: dict[str, object] = {"use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel}
-            if self.takes_chunk_size:
-                kw["chunk_size"] = chunk_size
-            if self.takes_scale:
-                kw["scale"] = scale
 
             def call(*inputs: torch.Tensor, sequences: int, **more: object) -> torch.Tensor:
                 return checked_maps(
@@ -343,6 +333,28 @@ class Backend:
             return torch.cat(
                 [call(*(x[:, lo:hi] for x in (q, k, v, g, beta)), sequences=1) for lo, hi in pairwise(bounds)]
             )
+
+    def _adapted(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        scale: float | None,
+        use_qk_l2norm_in_kernel: bool,
+        chunk_size: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, object]]:
+        """A call checked against the entry (`check`) and adapted to what its op and hook take: (q, k with key
+        heads repeated for an op without grouped values, the keyword arguments it takes)."""
+        self.check(device=q.device, dtype=q.dtype, chunk_size=chunk_size, head_k_dim=q.shape[-1], scale=scale)
+        group = v.shape[2] // q.shape[2]
+        if not self.grouped_values and group > 1:
+            q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
+        kw: dict[str, object] = {"use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel}
+        if self.takes_chunk_size:
+            kw["chunk_size"] = chunk_size
+        if self.takes_scale:
+            kw["scale"] = scale
+        return q, k, kw
 
     def summary_op(self) -> SummaryOp:
         """The summary hook, loaded on first use (ValueError where the backend has none)."""
@@ -406,15 +418,7 @@ class Backend:
         passed where the op takes it): the call checked against the entry, adapted, the op called, and what
         it returned checked (shapes, dtype, device: gdn_cp.ops.backends.returned), one ValueError naming the
         backend and the tensor otherwise."""
-        self.check(device=q.device, dtype=q.dtype, chunk_size=chunk_size, head_k_dim=q.shape[-1], scale=scale)
-        group = v.shape[2] // q.shape[2]
-        if not self.grouped_values and group > 1:
-            q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
-        kw: dict[str, object] = {"use_qk_l2norm_in_kernel": use_qk_l2norm_in_kernel}
-        if self.takes_chunk_size:
-            kw["chunk_size"] = chunk_size
-        if self.takes_scale:
-            kw["scale"] = scale
+        q, k, kw = self._adapted(q, k, v, scale, use_qk_l2norm_in_kernel, chunk_size)
         op = self.op()
         op_called(self.name, op)
 
