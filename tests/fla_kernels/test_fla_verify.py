@@ -5,21 +5,13 @@ verify runs them."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-
 import pytest
-import torch
 
-from bench.launch.local import run_on_ranks
-from bench.results.verifications import LayerVerification
 from bench.suite.config import Case, Scenario, Sweep
-from bench.verification import compare_on_rank
 from bench.verification.mutants import case_mutants
 from gdn_cp import GatedDeltaNetConfig
-from gdn_cp.accuracy import Thresholds
 from gdn_cp.ops.backends import mutants as backend_mutants
-from tests.gdn_cp.ops.helpers import tolerance
+from tests.bench.verification.layer_check import layer_check_on_two_ranks
 
 LAYER = GatedDeltaNetConfig(
     hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, chunk_size=16
@@ -44,11 +36,7 @@ def _case() -> Case:
 @pytest.mark.multirank
 def test_the_layer_check_on_fla_catches_every_mutant():
     case = _case()
-    runs = run_on_ranks(functools.partial(compare_on_rank, seeds=[0]), 2, (case, "cpu"), timeout_s=600)[0]
-    bar = tolerance(torch.float32, terms=SEQ_LEN * LAYER.hidden_size)
-    fields = {f.name: getattr(runs, f.name) for f in dataclasses.fields(runs)}
-    bars = dataclasses.asdict(Thresholds.tight(bar))
-    record = LayerVerification(case=case, status="ok", seeds=[0], thresholds=bars, **fields)
+    record = layer_check_on_two_ranks(case, timeout_s=600)
     assert record.passed, record.failures()
     verdicts = {v.mutant: v for v in record.power}
     assert list(verdicts) == case_mutants(case, 2, documents=True)

@@ -5,8 +5,6 @@ check catches each; which mutants run follows the mode and the summary checkpoin
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
 
 import pytest
@@ -14,14 +12,12 @@ import torch
 from tiny import TINY_LAYER_YAML, tiny_scenario
 
 from bench.commands import verify as verify_command
-from bench.launch.local import run_on_ranks
 from bench.results.store import load_result
-from bench.results.verifications import LayerVerification, TrainVerification
+from bench.results.verifications import TrainVerification
 from bench.suite.config import Case, Sweep
-from bench.verification import compare_on_rank
 from bench.verification.mutants import case_mutants
-from gdn_cp.accuracy import Thresholds
 from gdn_cp.ops.backends import mutants as backend_mutants
+from tests.bench.verification.layer_check import layer_check_on_two_ranks
 from tests.gdn_cp.ops.helpers import tolerance
 
 SEQ_LEN = 32
@@ -63,12 +59,7 @@ def test_the_layer_check_catches_every_mutant_of_a_backends_op():
     """p2p at cp 2 on backend recurrent, checkpoint on, fp32 bars from fp32's roundoff: the check passes the
     unbroken op and catches each op mutant (and CP's)."""
     case = _case("p2p", "recurrent")
-    run = functools.partial(compare_on_rank, seeds=[0])
-    runs = run_on_ranks(run, 2, (case, "cpu"), timeout_s=120)[0]
-    bar = tolerance(torch.float32, terms=SEQ_LEN * case.layer.hidden_size)
-    fields = {f.name: getattr(runs, f.name) for f in dataclasses.fields(runs)}
-    bars = dataclasses.asdict(Thresholds.tight(bar))
-    record = LayerVerification(case=case, status="ok", seeds=[0], thresholds=bars, **fields)
+    record = layer_check_on_two_ranks(case, timeout_s=120)
     assert record.passed, record.failures()
     verdicts = {v.mutant: v for v in record.power}
     assert list(verdicts) == case_mutants(case, 2, documents=True)
